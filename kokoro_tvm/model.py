@@ -1,0 +1,45 @@
+"""Building KModel from our asset files, without any hub access."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# KModel insists on a repo id even when config and weights are local; it is only a label here.
+REPO_ID = "hexgrad/Kokoro-82M"
+SUBMODULES = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
+
+
+def build_kmodel(config: dict[str, Any], checkpoint: str | os.PathLike | None = None, *,
+                 disable_complex: bool = False):
+    """KModel from a config dict and a checkpoint path; no checkpoint keeps PyTorch's default init.
+
+    KModel downloads from the hub whenever it is given no checkpoint path, so the no-checkpoint
+    case loads an empty checkpoint instead.
+    """
+    from kokoro import KModel
+
+    if checkpoint is not None:
+        return KModel(repo_id=REPO_ID, config=config, model=str(checkpoint),
+                      disable_complex=disable_complex).eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        empty = Path(tmp) / "empty.pth"
+        torch.save({}, empty)
+        return KModel(repo_id=REPO_ID, config=config, model=str(empty),
+                      disable_complex=disable_complex).eval()
+
+
+def checkpoint_of(kmodel) -> dict[str, dict[str, torch.Tensor]]:
+    """KModel's checkpoint layout: one state dict per submodule."""
+    return {name: getattr(kmodel, name).state_dict() for name in SUBMODULES}
+
+
+def load_kmodel(config_json: str | os.PathLike, checkpoint: str | os.PathLike, *,
+                disable_complex: bool = False):
+    """KModel from the asset files ``results/assets/config.json`` and ``kokoro-82m.pth``."""
+    config = json.loads(Path(config_json).read_text(encoding="utf-8"))
+    return build_kmodel(config, checkpoint, disable_complex=disable_complex)
