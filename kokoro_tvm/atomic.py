@@ -13,6 +13,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
     """Yields a temporary path beside ``dest``; renames it to ``dest`` if the block succeeds.
@@ -27,6 +33,7 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tmp)
     try:
         yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give artifacts the usual mode
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,14 @@ def build_kmodel(config: dict[str, Any], checkpoint: str | os.PathLike | None = 
     """
     from kokoro import KModel
 
-    if checkpoint is not None:
+    with warnings.catch_warnings(), tempfile.TemporaryDirectory() as tmp:
+        # Kokoro's own construction warns about weight_norm's deprecation and single-layer LSTM
+        # dropout; neither concerns users of this package.
+        warnings.simplefilter("ignore", (FutureWarning, UserWarning))
+        if checkpoint is None:
+            checkpoint = Path(tmp) / "empty.pth"
+            torch.save({}, checkpoint)
         return KModel(repo_id=REPO_ID, config=config, model=str(checkpoint),
-                      disable_complex=disable_complex).eval()
-    with tempfile.TemporaryDirectory() as tmp:
-        empty = Path(tmp) / "empty.pth"
-        torch.save({}, empty)
-        return KModel(repo_id=REPO_ID, config=config, model=str(empty),
                       disable_complex=disable_complex).eval()
 
 

@@ -1,0 +1,60 @@
+"""The kokoro-tvm command line: `kokoro-tvm say "text" -o out.wav`."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from kokoro_tvm import g2p
+
+ENGINES = ("torch",)
+
+
+def _engine(name: str, root: str):
+    from kokoro_tvm.reference import TorchEngine
+
+    return TorchEngine(root)
+
+
+def say(args: argparse.Namespace) -> int:
+    from kokoro_tvm.speech import SAMPLE_RATE, speak, write_wav
+
+    started = time.perf_counter()
+    engine = _engine(args.engine, args.root)
+    audio = speak(engine, args.text, args.voice, lang=args.lang, speed=args.speed, seed=args.seed,
+                  root=args.root)
+    write_wav(args.output, audio)
+    seconds = len(audio) / SAMPLE_RATE
+    print(f"{args.output}: {seconds:.2f} s of audio in {time.perf_counter() - started:.2f} s "
+          f"({args.engine})", file=sys.stderr)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="kokoro-tvm", description=__doc__)
+    commands = top.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("say", help="synthesize text to a wav file")
+    p.add_argument("text", help="the text to speak")
+    p.add_argument("-o", "--output", required=True, help="wav file to write (24 kHz, 16-bit)")
+    p.add_argument("--voice", default="af_heart",
+                   help="a voice name or a blend like af_heart:0.7,am_adam:0.3")
+    p.add_argument("--lang", default="en-us", choices=g2p.LANGUAGES)
+    p.add_argument("--speed", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0, help="seeds SineGen's noise (repeatable audio)")
+    p.add_argument("--engine", default="torch", choices=ENGINES)
+    p.add_argument("--root", default=".", help="folder holding results/ (the built assets)")
+    p.set_defaults(run=say)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
+        print(f"kokoro-tvm: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Loading and validating config.yaml: the JSON schema first, then what a schema cannot say.
+
+Every error names the offending key and says how to fix it, and is raised before any job runs
+(rules/common.smk calls ``validate_config`` when Snakemake parses the workflow).
+"""
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from kokoro_tvm.assets.voices import KNOWN_NPM_VOICES
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message names the key."""
+
+
+def schema() -> dict[str, Any]:
+    text = (importlib.resources.files("kokoro_tvm") / "schemas" / "config.schema.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def _key(path) -> str:
+    """'voices.names[2]' from jsonschema's path deque."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _check_schema(config: dict[str, Any]) -> None:
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = [f"config key '{_key(e.absolute_path)}': {e.message}" for e in errors]
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
+
+
+def _require_file(config: dict[str, Any], section: str, key: str, base: Path) -> None:
+    value = config[section].get(key)
+    if not value:
+        raise ConfigError(f"config key '{section}.{key}' is required when {section}.source is "
+                          f"'{config[section]['source']}': set it to a file path")
+    if not (base / value).is_file():
+        raise ConfigError(f"config key '{section}.{key}': no file at '{value}' "
+                          f"(relative paths are taken from {base})")
+
+
+def _check_weights(config: dict[str, Any], base: Path) -> None:
+    if config["weights"]["source"] == "path":
+        _require_file(config, "weights", "checkpoint", base)
+        _require_file(config, "weights", "model_config", base)
+
+
+def _check_voices(config: dict[str, Any], base: Path) -> None:
+    voices = config["voices"]
+    names = voices["names"]
+    if voices["source"] == "npm" and voices.get("npm_package") in KNOWN_NPM_VOICES:
+        known = KNOWN_NPM_VOICES[voices["npm_package"]]
+        for i, name in enumerate(names):
+            if name not in known:
+                raise ConfigError(f"config key 'voices.names[{i}]': unknown voice '{name}'; "
+                                  f"{voices['npm_package']} has: {', '.join(known)}")
+    if voices["source"] == "path":
+        folder = voices.get("folder")
+        if not folder or not (base / folder).is_dir():
+            raise ConfigError(f"config key 'voices.folder': '{folder}' is not a folder; set it to "
+                              "the folder holding {name}.npy, .bin or .pt voice files")
+        for i, name in enumerate(names):
+            if not any((base / folder / f"{name}{ext}").is_file() for ext in (".npy", ".bin", ".pt")):
+                raise ConfigError(f"config key 'voices.names[{i}]': no {name}.npy, .bin or .pt "
+                                  f"in '{folder}'")
+    if voices["source"] == "random" and config["weights"]["source"] != "random":
+        raise ConfigError("config key 'voices.source': random voices only make sense with random "
+                          "weights (weights.source: random); use npm, hf or path")
+
+
+def validate_config(config: dict[str, Any], base: str | Path = ".") -> dict[str, Any]:
+    """Raises ConfigError naming the key if ``config`` cannot work; returns it unchanged.
+
+    ``base`` is the folder relative paths in the config are taken from (Snakemake's workdir).
+    """
+    _check_schema(config)
+    base = Path(base)
+    _check_weights(config, base)
+    _check_voices(config, base)
+    return config
+
+
+def load_config(*paths: str | Path) -> dict[str, Any]:
+    """config.yaml and any override files merged in order (as Snakemake's --configfile does)."""
+    from kokoro_tvm.assets.model_config import merge
+
+    config: dict[str, Any] = {}
+    for path in paths:
+        config = merge(config, yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {})
+    return validate_config(config)

@@ -1,0 +1,32 @@
+"""The artifact layout (DESIGN.md section 2): every path the pipeline, runtime and tests use.
+
+Each pattern is a ``str.format`` template whose fields are the artifact's dimensions; Snakemake
+rules use the same strings as wildcard patterns. No other module composes an artifact path.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+RESULTS = "results"
+
+ASSET_WEIGHTS = f"{RESULTS}/assets/kokoro-82m.pth"
+ASSET_CONFIG = f"{RESULTS}/assets/config.json"
+ASSET_PROVENANCE = f"{RESULTS}/assets/provenance.json"
+ASSET_ONNX = f"{RESULTS}/assets/kokoro-v1.0.int8.onnx"
+ASSET_VOICE = f"{RESULTS}/assets/voices/{{voice}}.npy"
+ASSET_VOICE_DIR = f"{RESULTS}/assets/voices"
+ASSET_VOICES_PROVENANCE = f"{ASSET_VOICE_DIR}/provenance.json"
+
+EXPORT = f"{RESULTS}/export/{{component}}/b{{bucket}}.pt2"
+RELAX = f"{RESULTS}/relax/{{component}}/{{lstm}}/b{{bucket}}.json"
+PARAMS = f"{RESULTS}/params/{{component}}.npz"
+LOWERED = f"{RESULTS}/lowered/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.json"
+LIBRARY = f"{RESULTS}/lib/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.so"
+LIBRARY_META = f"{RESULTS}/lib/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.meta.json"
+VALIDATION = f"{RESULTS}/validate/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.json"
+MANIFEST = f"{RESULTS}/manifest/{{target}}.json"
+
+
+def artifact(pattern: str, root: str | Path = ".", **dims) -> Path:
+    """The path of one artifact: ``pattern`` filled with its dimensions, under ``root``."""
+    return Path(root) / pattern.format(**dims)

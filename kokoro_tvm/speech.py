@@ -1,0 +1,65 @@
+"""Text to speech with any engine: G2P, chunking under Kokoro's token limit, voices, stitching.
+
+An engine turns one chunk's token ids (without the boundary pads) and a style vector into audio;
+everything else is shared here so that the PyTorch reference and the TVM runtime speak the same
+text the same way.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator, Protocol
+
+import numpy as np
+
+from kokoro_tvm import g2p, paths
+from kokoro_tvm.voices import load_voice, style_for
+
+SAMPLE_RATE = 24_000
+
+
+class SpeechError(ValueError):
+    """Text that cannot be spoken; the message says why."""
+
+
+class Engine(Protocol):
+    def synthesize(self, ids: list[int], ref_s: np.ndarray, speed: float, seed: int) -> np.ndarray:
+        """Audio (float32, 24 kHz) for token ids without pads and a [1, 256] style."""
+
+
+def load_vocab(root: str | Path = ".") -> dict[str, int]:
+    config = json.loads(paths.artifact(paths.ASSET_CONFIG, root).read_text(encoding="utf-8"))
+    return config["vocab"]
+
+
+def chunk_ids(text: str, lang: str, vocab: dict[str, int]) -> list[list[int]]:
+    """Token ids per chunk of at most g2p.MAX_TOKENS, cut at sentence and clause boundaries."""
+    if not text.strip():
+        raise SpeechError("the text is empty: give some words to speak")
+    phonemes = g2p.phonemizer(lang)(text)
+    chunks = [ids for piece in g2p.split_phonemes(phonemes) if (ids := g2p.token_ids(piece, vocab))]
+    if not chunks:
+        raise SpeechError(f"nothing speakable in {text[:40]!r}: the {lang} G2P gave no phonemes")
+    return chunks
+
+
+def speak_chunks(engine: Engine, text: str, voice: str, *, lang: str = "en-us", speed: float = 1.0,
+                 seed: int = 0, root: str | Path = ".") -> Iterator[np.ndarray]:
+    """Audio per chunk, as each finishes."""
+    table = load_voice(voice, root)
+    for i, ids in enumerate(chunk_ids(text, lang, load_vocab(root))):
+        yield engine.synthesize(ids, style_for(table, len(ids)), speed, seed + i)
+
+
+def speak(engine: Engine, text: str, voice: str, **options) -> np.ndarray:
+    """The whole text's audio, chunks joined end to end."""
+    return np.concatenate(list(speak_chunks(engine, text, voice, **options)))
+
+
+def write_wav(dest: str | Path, audio: np.ndarray) -> None:
+    import soundfile
+
+    from kokoro_tvm.atomic import atomic_path
+
+    with atomic_path(dest) as tmp:
+        soundfile.write(tmp, audio, SAMPLE_RATE, subtype="PCM_16")

@@ -1,0 +1,33 @@
+#!/usr/bin/env python3
+"""Write voice packs as {name}.npy ([510, 1, 256] float32) plus a provenance record."""
+import argparse
+import json
+from pathlib import Path
+
+from kokoro_tvm.assets.voices import read_voices, write_voices
+from kokoro_tvm.atomic import write_json
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--source", required=True, choices=["npm", "hf", "path", "random"])
+    parser.add_argument("--names", required=True, help="comma-separated voice names")
+    parser.add_argument("--npm-package", default="kokoro-js@1.2.1")
+    parser.add_argument("--npm-sha256", help="sha256 of the npm tarball (source npm)")
+    parser.add_argument("--hf-repo", default="hexgrad/Kokoro-82M")
+    parser.add_argument("--folder", help="folder of voice files (source path)")
+    parser.add_argument("--seed", type=int, default=0, help="source random")
+    parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--out-provenance", required=True)
+    args = parser.parse_args()
+    settings = {"source": args.source, "names": args.names.split(","), "seed": args.seed,
+                "npm_package": args.npm_package, "npm_sha256": args.npm_sha256,
+                "folder": args.folder}
+    voices, provenance = read_voices(settings, args.hf_repo)
+    provenance["files_sha256"] = write_voices(voices, Path(args.out_dir))
+    write_json(args.out_provenance, provenance)
+    print(json.dumps(provenance, indent=1))
+
+
+if __name__ == "__main__":
+    main()

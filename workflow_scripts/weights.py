@@ -1,0 +1,32 @@
+#!/usr/bin/env python3
+"""Write Kokoro's checkpoint, config.json and a provenance record from one weight source."""
+import argparse
+import json
+
+from kokoro_tvm.assets.sources import SOURCES, write_weights
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--source", required=True, choices=sorted(SOURCES))
+    parser.add_argument("--onnx", help="assembled int8 ONNX (source int8-onnx)")
+    parser.add_argument("--hf-repo", default="hexgrad/Kokoro-82M", help="source hf")
+    parser.add_argument("--checkpoint", help="KModel checkpoint (source path)")
+    parser.add_argument("--model-config", help="config.json (source path)")
+    parser.add_argument("--seed", type=int, default=0, help="source random")
+    parser.add_argument("--random-model", default="{}",
+                        help="JSON overrides of Kokoro-82M's hyperparameters (source random)")
+    parser.add_argument("--out-checkpoint", required=True)
+    parser.add_argument("--out-config", required=True)
+    parser.add_argument("--out-provenance", required=True)
+    args = parser.parse_args()
+    settings = {"source": args.source, "hf_repo": args.hf_repo, "checkpoint": args.checkpoint,
+                "model_config": args.model_config, "seed": args.seed,
+                "random_model": json.loads(args.random_model)}
+    provenance = write_weights(settings, args.out_checkpoint, args.out_config,
+                               args.out_provenance, onnx_path=args.onnx)
+    print(json.dumps({k: v for k, v in provenance.items() if not isinstance(v, (list, dict))}))
+
+
+if __name__ == "__main__":
+    main()
