@@ -1,7 +1,8 @@
 # kokoro-tvm: Kokoro-82M compiled with Apache TVM, one native library per
 # (component, target, bucket, lstm-method). See README.md and DESIGN.md section 2 for the layout.
 
-configfile: "config.yaml"
+# Defaults beside this file; --configfile and --config override them key by key.
+configfile: f"{workflow.basedir}/config.yaml"
 
 
 include: "rules/common.smk"

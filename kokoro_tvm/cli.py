@@ -6,6 +6,7 @@ import sys
 import time
 
 from kokoro_tvm import g2p
+from kokoro_tvm.errors import UserError
 
 ENGINES = ("torch",)
 
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.run(args)
-    except (ValueError, FileNotFoundError, RuntimeError) as err:
+    except UserError as err:
         print(f"kokoro-tvm: error: {err}", file=sys.stderr)
         return 2
 

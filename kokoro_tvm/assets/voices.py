@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from kokoro_tvm.atomic import atomic_path
+from kokoro_tvm.errors import UserError
 
 VOICE_SHAPE = (510, 1, 256)
 
@@ -34,7 +35,7 @@ KNOWN_NPM_VOICES = {
 }
 
 
-class VoiceSourceError(RuntimeError):
+class VoiceSourceError(UserError):
     """A voice source that cannot deliver; the message says what to install or change."""
 
 

@@ -1,0 +1,486 @@
+"""Kokoro split into the five compiled components (DESIGN.md section 1), and their export.
+
+Each component is data: which KModel modules it runs (a wrapper nn.Module), which patches of
+Kokoro it needs to export and import, how to make realistic inputs at a bucket, and the names of
+its outputs. One mechanism (``export_component``) exports all of them; the validation stage runs
+the same wrappers as the PyTorch reference.
+
+A component has one or more functions, run in order: each function's inputs come from the
+component's example inputs or from outputs of earlier functions. All components have one
+function ``main`` except the decoder, whose ill-conditioned harmonic source (``source``) is
+split from the rest (``body``) so that each can be validated on its own terms.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# --------------------------------------------------------------------------------------------
+# Patches of Kokoro. Each patch is a function returning the (owner, attribute, new value)
+# replacements it makes; ``patched`` applies a list of them and restores the originals.
+# --------------------------------------------------------------------------------------------
+
+Replacement = tuple[Any, str, Any]
+_MISSING = object()
+
+
+def _pack_identity() -> list[Replacement]:
+    """pack_padded_sequence/pad_packed_sequence -> identity.
+
+    torch.export fails inside them (``zeros(): ... got FakeTensor``). Identity is exact only when
+    every sequence fills the bucket; a length-aware LSTM op replaces this later.
+    """
+    def pack(x, lengths, batch_first=False, enforce_sorted=True):
+        return x
+
+    def unpack(x, batch_first=False, padding_value=0.0, total_length=None):
+        return x, None
+
+    rnn = torch.nn.utils.rnn
+    return [(rnn, "pack_padded_sequence", pack), (rnn, "pad_packed_sequence", unpack)]
+
+
+def _sinegen_noise_inputs() -> list[Replacement]:
+    """SineGen's random draws become arguments, so the runtime passes them as graph inputs.
+
+    TVM has no converter for ``torch.rand``/``randn_like``. The replacements take
+    ``phase_noise`` ~ U[0,1) [B, harmonics] (the random initial phase; harmonic 0 is zeroed as in
+    Kokoro) and ``sine_noise`` ~ N(0,1) [B, samples, harmonics], in the order Kokoro draws them,
+    so that seeding torch and drawing them reproduces Kokoro exactly. The noise branch of
+    SourceModuleHnNSF, which the generator never uses, is dropped.
+    """
+    from kokoro.istftnet import SineGen, SourceModuleHnNSF
+
+    def f02sine(self, f0_values, phase_noise):
+        assert not self.flag_for_pulse, "Kokoro's SineGen runs without flag_for_pulse"
+        rad = (f0_values / self.sampling_rate) % 1
+        initial = torch.cat([torch.zeros_like(phase_noise[:, :1]), phase_noise[:, 1:]], dim=1)
+        rad = torch.cat([rad[:, :1, :] + initial[:, None, :], rad[:, 1:, :]], dim=1)
+        rad = F.interpolate(rad.transpose(1, 2), scale_factor=1 / self.upsample_scale,
+                            mode="linear").transpose(1, 2)
+        phase = torch.cumsum(rad, dim=1) * 2 * torch.pi
+        phase = F.interpolate(phase.transpose(1, 2) * self.upsample_scale,
+                              scale_factor=self.upsample_scale, mode="linear").transpose(1, 2)
+        return torch.sin(phase)
+
+    def sinegen_forward(self, f0, phase_noise, sine_noise):
+        harmonics = torch.arange(1, self.harmonic_num + 2, dtype=f0.dtype, device=f0.device)
+        sine_waves = self._f02sine(f0 * harmonics, phase_noise) * self.sine_amp
+        uv = self._f02uv(f0)
+        noise = (uv * self.noise_std + (1 - uv) * self.sine_amp / 3) * sine_noise
+        return sine_waves * uv + noise, uv, noise
+
+    def source_forward(self, x, phase_noise, sine_noise):
+        sine_wavs, uv, _ = self.l_sin_gen(x, phase_noise, sine_noise)
+        return self.l_tanh(self.l_linear(sine_wavs)), None, uv
+
+    return [(SineGen, "_f02sine", f02sine), (SineGen, "forward", sinegen_forward),
+            (SourceModuleHnNSF, "forward", source_forward)]
+
+
+def _stft_phase_where() -> list[Replacement]:
+    """CustomSTFT.transform with its boolean-mask assignment written as ``torch.where``.
+
+    TVM's importer rejects the boolean index_put (``IndexPut requires ... integer dtype``).
+    """
+    from kokoro.custom_stft import CustomSTFT
+
+    def transform(self, waveform):
+        if self.center:
+            pad = self.n_fft // 2
+            waveform = F.pad(waveform, (pad, pad), mode=self.pad_mode)
+        x = waveform.unsqueeze(1)
+        real = F.conv1d(x, self.weight_forward_real, bias=None, stride=self.hop_length, padding=0)
+        imag = F.conv1d(x, self.weight_forward_imag, bias=None, stride=self.hop_length, padding=0)
+        magnitude = torch.sqrt(real ** 2 + imag ** 2 + 1e-14)
+        phase = torch.atan2(imag, real)
+        phase = torch.where((imag == 0) & (real < 0), torch.full_like(phase, torch.pi), phase)
+        return magnitude, phase
+
+    return [(CustomSTFT, "transform", transform)]
+
+
+PATCHES: dict[str, Callable[[], list[Replacement]]] = {
+    "pack_identity": _pack_identity,
+    "sinegen_noise_inputs": _sinegen_noise_inputs,
+    "stft_phase_where": _stft_phase_where,
+}
+
+
+@contextlib.contextmanager
+def patched(names: tuple[str, ...] | list[str]) -> Iterator[None]:
+    """Applies the named patches for the duration of the block, then restores the originals."""
+    saved: list[tuple[Any, str, Any]] = []
+    try:
+        for name in names:
+            for owner, attr, value in PATCHES[name]():
+                saved.append((owner, attr, vars(owner).get(attr, _MISSING)))
+                setattr(owner, attr, value)
+        yield
+    finally:
+        for owner, attr, old in reversed(saved):
+            if old is _MISSING:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, old)
+
+
+# --------------------------------------------------------------------------------------------
+# Wrappers: the KModel modules of one component, under KModel's own attribute names (so the
+# parameter names are KModel's state-dict keys) and nothing else (torch.export lifts every
+# parameter of the wrapper, used or not).
+# --------------------------------------------------------------------------------------------
+
+def _holder(**modules: nn.Module) -> nn.Module:
+    """An empty module holding ``modules`` as children: a partial copy of KModel's tree."""
+    holder = nn.Module()
+    for name, module in modules.items():
+        holder.add_module(name, module)
+    return holder
+
+
+def _lengths(text_mask: torch.Tensor) -> torch.Tensor:
+    """Token counts from Kokoro's text mask (True on padding); Kokoro's LSTM paths want them."""
+    return (~text_mask).sum(dim=-1)
+
+
+class BertWrapper(nn.Module):
+    """bert + bert_encoder: token ids and attention mask -> d_en [1, hidden, T]."""
+
+    def __init__(self, kmodel):
+        super().__init__()
+        self.bert = kmodel.bert
+        self.bert_encoder = kmodel.bert_encoder
+
+    def forward(self, input_ids, attention_mask):
+        hidden = self.bert(input_ids, attention_mask=attention_mask)
+        return self.bert_encoder(hidden).transpose(-1, -2)
+
+
+class DurationWrapper(nn.Module):
+    """Duration encoder, LSTM and projection: d [1, T, hidden+style] and durations [1, T].
+
+    Durations are Kokoro's sigmoid-sum before the speed division, which stays on the host.
+    """
+
+    def __init__(self, kmodel):
+        super().__init__()
+        p = kmodel.predictor
+        self.predictor = _holder(text_encoder=p.text_encoder, lstm=p.lstm,
+                                 duration_proj=p.duration_proj)
+
+    def forward(self, d_en, s, text_mask):
+        p = self.predictor
+        d = p.text_encoder(d_en, s, _lengths(text_mask), text_mask)
+        x, _ = p.lstm(d)
+        durations = torch.sigmoid(p.duration_proj(x)).sum(dim=-1)
+        return d, durations
+
+
+class TextEncoderWrapper(nn.Module):
+    """text_encoder: token ids and text mask -> t_en [1, hidden, T]."""
+
+    def __init__(self, kmodel):
+        super().__init__()
+        self.text_encoder = kmodel.text_encoder
+
+    def forward(self, input_ids, text_mask):
+        return self.text_encoder(input_ids, _lengths(text_mask), text_mask)
+
+
+class F0NWrapper(nn.Module):
+    """predictor.F0Ntrain: aligned features en [1, hidden+style, F] and style -> F0, N [1, 2F]."""
+
+    def __init__(self, kmodel):
+        super().__init__()
+        p = kmodel.predictor
+        self.predictor = _holder(shared=p.shared, F0=p.F0, N=p.N, F0_proj=p.F0_proj,
+                                 N_proj=p.N_proj)
+
+    def forward(self, en, s):
+        from kokoro.modules import ProsodyPredictor
+
+        return ProsodyPredictor.F0Ntrain(self.predictor, en, s)
+
+
+class DecoderWrapper(nn.Module):
+    """The decoder split in two: ``source`` (F0 and noise -> harmonic source ``har``, the
+    ill-conditioned part) and ``body`` (everything else); ``forward`` is Kokoro's decoder.
+
+    Both halves follow Decoder.forward and Generator.forward line by line; the split point is
+    the end of Generator.forward's ``no_grad`` block.
+    """
+
+    def __init__(self, kmodel):
+        super().__init__()
+        self.decoder = kmodel.decoder
+
+    def source(self, F0, phase_noise, sine_noise):
+        gen = self.decoder.generator
+        f0 = gen.f0_upsamp(F0[:, None]).transpose(1, 2)
+        har_source, _, _ = gen.m_source(f0, phase_noise, sine_noise)
+        har_spec, har_phase = gen.stft.transform(har_source.transpose(1, 2).squeeze(1))
+        return torch.cat([har_spec, har_phase], dim=1)
+
+    def body(self, asr, F0, N, s, har):
+        dec = self.decoder
+        f0 = dec.F0_conv(F0.unsqueeze(1))
+        n = dec.N_conv(N.unsqueeze(1))
+        x = dec.encode(torch.cat([asr, f0, n], dim=1), s)
+        asr_res = dec.asr_res(asr)
+        res = True
+        for block in dec.decode:
+            if res:
+                x = torch.cat([x, asr_res, f0, n], dim=1)
+            x = block(x, s)
+            if block.upsample_type != "none":
+                res = False
+        return self._generator_body(x, s, har)[:, 0, :]
+
+    def _generator_body(self, x, s, har):
+        gen = self.decoder.generator
+        for i in range(gen.num_upsamples):
+            x = F.leaky_relu(x, negative_slope=0.1)
+            x_source = gen.noise_res[i](gen.noise_convs[i](har), s)
+            x = gen.ups[i](x)
+            if i == gen.num_upsamples - 1:
+                x = gen.reflection_pad(x)
+            x = x + x_source
+            xs = None
+            for j in range(gen.num_kernels):
+                y = gen.resblocks[i * gen.num_kernels + j](x, s)
+                xs = y if xs is None else xs + y
+            x = xs / gen.num_kernels
+        x = gen.conv_post(F.leaky_relu(x))
+        spec = torch.exp(x[:, :gen.post_n_fft // 2 + 1, :])
+        phase = torch.sin(x[:, gen.post_n_fft // 2 + 1:, :])
+        return gen.stft.inverse(spec, phase)
+
+    def forward(self, asr, F0, N, s, phase_noise, sine_noise):
+        return self.body(asr, F0, N, s, self.source(F0, phase_noise, sine_noise))
+
+
+# --------------------------------------------------------------------------------------------
+# Realistic example inputs. Everything is drawn from one seeded generator, so a (config,
+# bucket, seed) triple names one input set; export, validation and tests share it.
+# --------------------------------------------------------------------------------------------
+
+STYLE_STD = 0.25  # ref_s entries of Kokoro's voice packs are of this order
+
+
+def model_dims(config: dict[str, Any]) -> dict[str, Any]:
+    """The sizes the inputs depend on, from a Kokoro config."""
+    ist = config["istftnet"]
+    return {
+        "token_ids": sorted({int(i) for i in config["vocab"].values() if int(i) > 0}),
+        "hidden": config["hidden_dim"],
+        "style": config["style_dim"],
+        # F0 runs at 2 per asr frame; the generator upsamples it by prod(rates) * hop.
+        "samples_per_frame": 2 * math.prod(ist["upsample_rates"]) * ist["gen_istft_hop_size"],
+        "harmonics": 9,  # Generator hard-codes harmonic_num=8
+    }
+
+
+def config_of(kmodel) -> dict[str, Any]:
+    """The part of a Kokoro config that ``model_dims`` reads, recovered from a KModel.
+
+    Export and validation get only the model; the sizes follow from its modules.
+    """
+    gen = kmodel.decoder.generator
+    return {
+        "vocab": kmodel.vocab,
+        "hidden_dim": kmodel.bert_encoder.out_features,
+        "style_dim": kmodel.predictor.text_encoder.sty_dim,
+        "istftnet": {"upsample_rates": [up.stride[0] for up in gen.ups],
+                     "gen_istft_hop_size": gen.stft.hop_length},
+    }
+
+
+def _tokens(dims, T, g) -> dict[str, torch.Tensor]:
+    """A padded utterance: 0, phoneme ids, 0, then 0 padding up to the bucket; Kokoro's masks."""
+    n = int(torch.randint(max(3, T // 2), T + 1, (1,), generator=g))
+    vocab = torch.tensor(dims["token_ids"])
+    ids = torch.zeros(1, T, dtype=torch.int64)
+    ids[0, 1:n - 1] = vocab[torch.randint(len(vocab), (n - 2,), generator=g)]
+    text_mask = torch.arange(T)[None, :] >= n  # True on padding, as in KModel
+    return {"input_ids": ids, "text_mask": text_mask,
+            "attention_mask": (~text_mask).to(torch.int64)}
+
+
+def _aligned(values: torch.Tensor, frames: int, g) -> torch.Tensor:
+    """Token-level features [1, C, tokens] repeated by random durations to [1, C, frames]."""
+    durations = torch.randint(1, 7, (values.shape[-1],), generator=g)
+    index = torch.repeat_interleave(torch.arange(values.shape[-1]), durations)
+    index = index.repeat(frames // len(index) + 1)[:frames]
+    return values[:, :, index]
+
+
+def _f0_contour(n: int, g) -> torch.Tensor:
+    """A pitch contour in Hz [1, n]: voiced stretches between 80 and 300 Hz, unvoiced zeros."""
+    t = torch.arange(n, dtype=torch.float32)
+    base = 100 + 120 * torch.rand(1, generator=g)
+    period = 20 + 40 * torch.rand(1, generator=g)
+    f0 = base * (1 + 0.25 * torch.sin(2 * torch.pi * t / period)) + 5 * torch.randn(n, generator=g)
+    f0 = f0.clamp(80, 300)
+    for _ in range(max(1, n // 24)):  # unvoiced gaps
+        start = int(torch.randint(n, (1,), generator=g))
+        f0[start:start + int(torch.randint(2, 8, (1,), generator=g))] = 0
+    return f0[None, :]
+
+
+def _style(dims, g) -> torch.Tensor:
+    return STYLE_STD * torch.randn(1, dims["style"], generator=g)
+
+
+def bert_inputs(config, T, seed) -> dict[str, torch.Tensor]:
+    tokens = _tokens(model_dims(config), T, torch.Generator().manual_seed(seed))
+    return {k: tokens[k] for k in ("input_ids", "attention_mask")}
+
+
+def duration_inputs(config, T, seed) -> dict[str, torch.Tensor]:
+    dims, g = model_dims(config), torch.Generator().manual_seed(seed)
+    tokens = _tokens(dims, T, g)
+    return {"d_en": torch.randn(1, dims["hidden"], T, generator=g), "s": _style(dims, g),
+            "text_mask": tokens["text_mask"]}
+
+
+def text_encoder_inputs(config, T, seed) -> dict[str, torch.Tensor]:
+    tokens = _tokens(model_dims(config), T, torch.Generator().manual_seed(seed))
+    return {k: tokens[k] for k in ("input_ids", "text_mask")}
+
+
+def f0n_inputs(config, F, seed) -> dict[str, torch.Tensor]:
+    """en = [duration features; style] aligned to frames, as KModel builds it."""
+    dims, g = model_dims(config), torch.Generator().manual_seed(seed)
+    s = _style(dims, g)
+    tokens = max(1, F // 3)
+    d = torch.cat([torch.randn(1, dims["hidden"], tokens, generator=g),
+                   s[:, :, None].expand(1, dims["style"], tokens)], dim=1)
+    return {"en": _aligned(d, F, g), "s": s}
+
+
+def decoder_inputs(config, F, seed) -> dict[str, torch.Tensor]:
+    """asr is LSTM output (in (-1, 1)) aligned to frames; F0 in Hz with unvoiced zeros."""
+    dims, g = model_dims(config), torch.Generator().manual_seed(seed)
+    tokens = max(1, F // 3)
+    asr = _aligned(torch.tanh(torch.randn(1, dims["hidden"], tokens, generator=g)), F, g)
+    samples = dims["samples_per_frame"] * F
+    return {
+        "asr": asr,
+        "F0": _f0_contour(2 * F, g),
+        "N": torch.randn(1, 2 * F, generator=g),
+        "s": _style(dims, g),
+        "phase_noise": torch.rand(1, dims["harmonics"], generator=g),
+        "sine_noise": torch.randn(1, samples, dims["harmonics"], generator=g),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# The registry.
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Function:
+    """One exported function: a wrapper method, its argument names and its output names."""
+
+    name: str
+    method: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Component:
+    """A compiled unit of Kokoro: what to export, how to patch it, how to feed it."""
+
+    name: str
+    axis: str  # "tokens" or "frames": what the bucket counts
+    has_lstm: bool
+    patches: tuple[str, ...]
+    wrapper: Callable[[Any], nn.Module]
+    example_inputs: Callable[[dict, int, int], dict[str, torch.Tensor]]
+    functions: tuple[Function, ...]
+    # Outputs of the chained functions judged by spectral metrics (ill-conditioned end to end).
+    spectral_outputs: tuple[str, ...] = ()
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(o for f in self.functions for o in f.outputs)
+
+    def function(self, name: str) -> Function:
+        return next(f for f in self.functions if f.name == name)
+
+
+COMPONENTS: dict[str, Component] = {c.name: c for c in (
+    Component("bert", "tokens", False, (), BertWrapper, bert_inputs,
+              (Function("main", "forward", ("input_ids", "attention_mask"), ("d_en",)),)),
+    Component("duration", "tokens", True, ("pack_identity",), DurationWrapper, duration_inputs,
+              (Function("main", "forward", ("d_en", "s", "text_mask"), ("d", "durations")),)),
+    Component("text_encoder", "tokens", True, ("pack_identity",), TextEncoderWrapper,
+              text_encoder_inputs,
+              (Function("main", "forward", ("input_ids", "text_mask"), ("t_en",)),)),
+    Component("f0n", "frames", True, (), F0NWrapper, f0n_inputs,
+              (Function("main", "forward", ("en", "s"), ("F0", "N")),)),
+    Component("decoder", "frames", False, ("sinegen_noise_inputs", "stft_phase_where"),
+              DecoderWrapper, decoder_inputs,
+              (Function("source", "source", ("F0", "phase_noise", "sine_noise"), ("har",)),
+               Function("body", "body", ("asr", "F0", "N", "s", "har"), ("audio",))),
+              spectral_outputs=("audio",)),
+)}
+
+
+# --------------------------------------------------------------------------------------------
+# Running and exporting.
+# --------------------------------------------------------------------------------------------
+
+class _Bound(nn.Module):
+    """A wrapper's method as a module's forward, which is what torch.export exports."""
+
+    def __init__(self, wrapper: nn.Module, method: str):
+        super().__init__()
+        for child_name, child in wrapper.named_children():  # parameter names stay KModel's
+            self.add_module(child_name, child)
+        self._method = getattr(wrapper, method)
+
+    def forward(self, *args):
+        return self._method(*args)
+
+
+def _as_tuple(out) -> tuple[torch.Tensor, ...]:
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def run_reference(kmodel, name: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """All functions of a component in PyTorch, chained: example inputs plus every output."""
+    component = COMPONENTS[name]
+    wrapper = component.wrapper(kmodel).eval()
+    env = dict(inputs)
+    with patched(component.patches), torch.no_grad():
+        for fn in component.functions:
+            outs = _as_tuple(getattr(wrapper, fn.method)(*(env[i] for i in fn.inputs)))
+            env.update(zip(fn.outputs, outs))
+    return env
+
+
+def export_component(kmodel, name: str, bucket: int, seed: int = 0
+                     ) -> dict[str, torch.export.ExportedProgram]:
+    """Function name -> ExportedProgram at static shapes for ``bucket``.
+
+    Later functions are traced on the reference outputs of earlier ones (the decoder body on
+    the harmonic source), so every function sees realistic values while tracing.
+    """
+    component = COMPONENTS[name]
+    wrapper = component.wrapper(kmodel).eval()
+    env = run_reference(kmodel, name, component.example_inputs(config_of(kmodel), bucket, seed))
+    programs = {}
+    with patched(component.patches), torch.no_grad():
+        for fn in component.functions:
+            args = tuple(env[i] for i in fn.inputs)
+            programs[fn.name] = torch.export.export(_Bound(wrapper, fn.method), args, strict=False)
+    return programs

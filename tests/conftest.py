@@ -1,0 +1,36 @@
+"""Shared fixtures: the repository, a Snakemake runner in a scratch folder, the tiny config."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "tests" / "data" / "tiny.yaml"
+BIN = Path(sys.executable).parent
+
+
+def run_snakemake(workdir: Path, *args: str, configfiles=(TINY,), check: bool = True,
+                  snakefile: Path = REPO / "Snakefile") -> subprocess.CompletedProcess:
+    """Runs the workflow in ``workdir`` (results/ land there) with the given config overrides."""
+    command = [str(BIN / "snakemake"), "--snakefile", str(snakefile), "--directory", str(workdir),
+               "--cores", "2"]
+    command += list(args)
+    if configfiles:  # last: --configfile takes every following word as a file
+        command += ["--configfile", *map(str, configfiles)]
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if check and done.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+@pytest.fixture(scope="session")
+def tiny_assets(tmp_path_factory) -> Path:
+    """A scratch folder with the tiny random-weight assets built by the workflow."""
+    workdir = tmp_path_factory.mktemp("tiny")
+    run_snakemake(workdir, "results/assets/kokoro-82m.pth", "results/assets/voices/af_heart.npy")
+    return workdir

@@ -1,0 +1,54 @@
+"""A bad config fails before any job runs, with a message that names the key."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from conftest import run_snakemake
+from kokoro_tvm.config import ConfigError, load_config, validate_config
+from conftest import REPO
+
+BAD_CONFIGS = {
+    "unknown weight source": ({"weights": {"source": "s3"}}, "weights.source"),
+    "unknown voice": ({"voices": {"names": ["af_heart", "af_hart"]}}, "voices.names[1]"),
+    "missing checkpoint": ({"weights": {"source": "path", "checkpoint": "nowhere.pth",
+                                        "model_config": "nowhere.json"}}, "weights.checkpoint"),
+    "wrong type": ({"weights": {"seed": "zero"}}, "weights.seed"),
+    "unknown key": ({"weights": {"sorce": "hf"}}, "weights"),
+    "voice folder missing": ({"voices": {"source": "path", "folder": "no-such-dir"}},
+                             "voices.folder"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_bad_config_fails_before_any_job(case, tmp_path):
+    overrides, key = BAD_CONFIGS[case]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(overrides))
+    done = run_snakemake(tmp_path, "-n", configfiles=[bad], check=False)
+    assert done.returncode != 0
+    output = done.stdout + done.stderr
+    assert "ConfigError" in output and f"'{key}'" in output, output[-2000:]
+    assert "Building DAG" not in output, "validation must come before the DAG is built"
+    assert not (tmp_path / "results").exists()
+
+
+def test_default_config_is_valid():
+    config = load_config(REPO / "config.yaml")
+    assert config["weights"]["source"] == "int8-onnx"
+    assert config["voices"]["source"] == "npm"
+
+
+def test_random_voices_need_random_weights():
+    config = load_config(REPO / "config.yaml")
+    config["voices"]["source"] = "random"
+    with pytest.raises(ConfigError, match="voices.source"):
+        validate_config(config)
+
+
+def test_path_source_accepts_existing_files(tmp_path):
+    (tmp_path / "w.pth").write_bytes(b"")
+    (tmp_path / "c.json").write_text("{}")
+    config = load_config(REPO / "config.yaml")
+    config["weights"].update(source="path", checkpoint="w.pth", model_config="c.json")
+    assert validate_config(config, base=tmp_path) is config
