@@ -1,5 +1,5 @@
 # kokoro-tvm: Kokoro-82M compiled with Apache TVM, one native library per
-# (component, target, bucket, lstm-method). See README.md and DESIGN.md section 2 for the layout.
+# (component, target, bucket, lstm-method). Artifact layout: kokoro_tvm/paths.py.
 
 # Defaults beside this file; --configfile and --config override them key by key.
 configfile: f"{workflow.basedir}/config.yaml"
@@ -7,6 +7,11 @@ configfile: f"{workflow.basedir}/config.yaml"
 
 include: "rules/common.smk"
 include: "rules/assets.smk"
+include: "rules/export.smk"
+include: "rules/import.smk"
+include: "rules/lower.smk"
+include: "rules/build.smk"
+include: "rules/validate.smk"
 
 
 rule all:

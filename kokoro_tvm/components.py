@@ -446,10 +446,8 @@ class _Bound(nn.Module):
         super().__init__()
         for child_name, child in wrapper.named_children():  # parameter names stay KModel's
             self.add_module(child_name, child)
-        self._method = getattr(wrapper, method)
-
-    def forward(self, *args):
-        return self._method(*args)
+        # The wrapper's bound method, so torch.export names the inputs after its arguments.
+        self.forward = getattr(wrapper, method)
 
 
 def _as_tuple(out) -> tuple[torch.Tensor, ...]:

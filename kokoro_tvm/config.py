@@ -80,6 +80,13 @@ def _check_voices(config: dict[str, Any], base: Path) -> None:
                           "weights (weights.source: random); use npm, hf or path")
 
 
+def _check_targets(config: dict[str, Any]) -> None:
+    for i, target in enumerate(config["targets"]):
+        if target not in config["target_options"]:
+            raise ConfigError(f"config key 'targets[{i}]': no target_options entry for '{target}'; "
+                              f"defined: {', '.join(sorted(config['target_options']))}")
+
+
 def validate_config(config: dict[str, Any], base: str | Path = ".") -> dict[str, Any]:
     """Raises ConfigError naming the key if ``config`` cannot work; returns it unchanged.
 
@@ -89,6 +96,7 @@ def validate_config(config: dict[str, Any], base: str | Path = ".") -> dict[str,
     base = Path(base)
     _check_weights(config, base)
     _check_voices(config, base)
+    _check_targets(config)
     return config
 
 

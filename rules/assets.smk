@@ -54,6 +54,7 @@ rule voices:
     params:
         source=setting("voices.source"),
         names=",".join(setting("voices.names")),
+        out_dir=lambda wildcards, output: Path(output.provenance).parent,
         args=voices_args(),
     log:
         "logs/assets/voices.log",
@@ -63,4 +64,4 @@ rule voices:
         "../envs/kokoro-tvm.yaml"
     shell:
         "python {input.script} --source {params.source} --names {params.names} {params.args}"
-        " --out-dir {paths.ASSET_VOICE_DIR} --out-provenance {output.provenance} > {log} 2>&1"
+        " --out-dir {params.out_dir} --out-provenance {output.provenance} > {log} 2>&1"

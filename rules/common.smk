@@ -5,6 +5,7 @@ from pathlib import Path
 from snakemake.utils import min_version
 
 from kokoro_tvm import paths
+from kokoro_tvm.components import COMPONENTS
 from kokoro_tvm.config import validate_config
 
 min_version("9.0")
@@ -17,6 +18,10 @@ SCRIPTS = Path(workflow.basedir) / "workflow_scripts"
 
 wildcard_constraints:
     voice="|".join(lookup(dpath="voices/names", within=config)),
+    component="|".join(COMPONENTS),
+    target="|".join(lookup(dpath="target_options", within=config)),
+    lstm="|".join(["none", *lookup(dpath="lstm_methods", within=config)]),
+    bucket=r"\d+",
 
 
 def setting(dotted):
@@ -41,7 +46,7 @@ def versions(*dists):
 
 
 def weights_source_files(wildcards):
-    """What the weights rule reads besides code: the assembled ONNX, or the user's files."""
+    """Files the weights job reads besides code (the assembled ONNX, or the user's files)."""
     source = setting("weights.source")
     if source == "int8-onnx":
         return {"onnx": paths.ASSET_ONNX}
@@ -94,5 +99,34 @@ def asset_targets():
     return [paths.ASSET_WEIGHTS, paths.ASSET_CONFIG, *voice_files()]
 
 
+def lstm_methods(component):
+    """The LSTM lowerings a component is built with: every configured one, or none."""
+    return setting("lstm_methods") if COMPONENTS[component].has_lstm else ["none"]
+
+
+def library_dims():
+    """(component, lstm, bucket) of every library config.yaml asks for, per target."""
+    return [dict(component=c, lstm=lstm, bucket=b)
+            for c in COMPONENTS for lstm in lstm_methods(c) for b in setting(f"buckets.{c}")]
+
+
+def per_library(pattern, target):
+    return [pattern.format(target=target, **dims) for dims in library_dims()]
+
+
+def target_options(target):
+    """A target's TVM options as JSON, passed as a param so that changing them rebuilds that target only."""
+    return json.dumps(setting(f"target_options.{target}"), sort_keys=True)
+
+
+def import_code(wildcards):
+    """Code an import depends on; the LSTM lowering only for components that have LSTMs."""
+    modules = ["compile/importer.py", "compile/converters.py", "stages.py"]
+    if COMPONENTS[wildcards.component].has_lstm:
+        modules.append("compile/lstm.py")
+    return package_files(*modules)
+
+
 def all_targets():
-    return asset_targets()
+    manifests = expand(paths.MANIFEST, target=setting("targets"))
+    return asset_targets() + manifests

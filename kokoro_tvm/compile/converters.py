@@ -30,7 +30,7 @@ def _bound_expr(importer, bound: Any, dtype: str) -> relax.Expr:
     """A scalar or tensor clamp bound as a Relax expression of ``dtype``."""
     if isinstance(bound, fx.Node):
         expr = importer.env[bound]
-        return expr if expr.struct_info.dtype == dtype else relax.op.astype(expr, dtype)
+        return expr if expr.ty.dtype == dtype else relax.op.astype(expr, dtype)
     return relax.const(bound, dtype)
 
 
@@ -39,7 +39,7 @@ def _clamp_between(node: fx.Node, importer, low: Any, high: Any) -> relax.Expr:
     bb = importer.block_builder
     dtype = _out_dtype(node)
     x = importer.env[node.args[0]]
-    if x.struct_info.dtype != dtype:
+    if x.ty.dtype != dtype:
         x = bb.emit(relax.op.astype(x, dtype))
     if low is not None:
         x = bb.emit(relax.op.maximum(x, _bound_expr(importer, low, dtype)))

@@ -37,7 +37,7 @@ def _drop_unused_weights(func: relax.Function) -> relax.Function:
     num_input = int(func.attrs["num_input"])
     used = set(relax.analysis.free_vars(func.body))
     keep = list(func.params[:num_input]) + [p for p in func.params[num_input:] if p in used]
-    return relax.Function(keep, func.body, func.ret_struct_info, func.is_pure, func.attrs, func.span)
+    return relax.Function(keep, func.body, func.ret_ty, func.is_pure, func.attrs, func.span)
 
 
 def import_program(program: torch.export.ExportedProgram, lstm: str
@@ -50,7 +50,7 @@ def import_program(program: torch.export.ExportedProgram, lstm: str
     func = _drop_unused_weights(mod["main"].without_attr("params"))
     arrays = _parameter_arrays(program)
     num_input = int(func.attrs["num_input"])
-    return func, {p.name_hint: arrays[p.name_hint] for p in func.params[num_input:]}
+    return func, {p.name: arrays[p.name] for p in func.params[num_input:]}
 
 
 def _merge_params(params: Params, more: Params) -> None:

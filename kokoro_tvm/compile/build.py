@@ -1,0 +1,64 @@
+"""Building a lowered module into a code-only shared library.
+
+The lowered module has been through the Relax pipeline already (``lower.lower``), so the build
+runs only VM codegen, TIR compilation and linking (``relax.build`` with ``relax_pipeline=None``).
+Weights are function inputs, so the library holds code only.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import tvm
+from tvm import relax
+
+from kokoro_tvm.atomic import atomic_path
+
+
+def _tensor_signature(ty) -> dict[str, Any]:
+    """Shape and dtype of a Relax tensor type (static shapes only)."""
+    return {"shape": [int(d) for d in ty.shape], "dtype": str(ty.dtype)}
+
+
+def _outputs(ret_ty) -> list[dict[str, Any]]:
+    fields = ret_ty.fields if isinstance(ret_ty, relax.TupleType) else [ret_ty]
+    return [_tensor_signature(t) for t in fields]
+
+
+def signature(mod: tvm.IRModule) -> dict[str, dict[str, Any]]:
+    """Function name -> its inputs (name, shape, dtype), weight names, and outputs.
+
+    Read from the Relax functions of an imported or lowered module: the first ``num_input``
+    parameters are the caller's inputs, the rest are weights from the params file.
+    """
+    functions = {}
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, relax.Function) or "num_input" not in func.attrs:
+            continue
+        num_input = int(func.attrs["num_input"])
+        functions[gvar.name_hint] = {
+            "inputs": [{"name": p.name, **_tensor_signature(p.ty)} for p in func.params[:num_input]],
+            "weights": [p.name for p in func.params[num_input:]],
+            "outputs": _outputs(func.ret_ty),
+        }
+    return dict(sorted(functions.items()))
+
+
+def build_library(lowered_mod: tvm.IRModule, target: tvm.target.Target,
+                  out_so: str | os.PathLike) -> dict[str, Any]:
+    """Compiles ``lowered_mod`` for ``target`` and writes ``out_so`` atomically.
+
+    Returns build facts for the library's metadata: seconds spent, size, and the signature.
+    """
+    start = time.perf_counter()
+    executable = relax.build(lowered_mod, target, relax_pipeline=None)
+    with atomic_path(out_so) as tmp:
+        executable.export_library(str(tmp))
+        size = tmp.stat().st_size
+    return {
+        "build_seconds": round(time.perf_counter() - start, 3),
+        "library_bytes": size,
+        "target": str(target),
+        "functions": signature(lowered_mod),
+    }

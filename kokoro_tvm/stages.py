@@ -1,0 +1,154 @@
+"""The pipeline stages as functions: files in, files out, written atomically.
+
+Each workflow script is a command line over exactly one of these; Snakemake decides which run.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kokoro_tvm.atomic import atomic_path, write_json
+
+PathLike = str | Path
+
+
+def sha256_file(path: PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _kmodel(checkpoint: PathLike, model_config: PathLike):
+    """KModel with CustomSTFT (TorchSTFT's complex ops have no TVM converters)."""
+    from kokoro_tvm.model import load_kmodel
+
+    return load_kmodel(model_config, checkpoint, disable_complex=True)
+
+
+def save_programs(programs: dict, dest: PathLike) -> None:
+    """All functions of a component in one .pt2 archive (one ExportedProgram per function)."""
+    from torch.export.pt2_archive._package import package_pt2
+
+    with atomic_path(dest) as tmp:
+        package_pt2(str(tmp), exported_programs=programs)
+
+
+def load_programs(path: PathLike) -> dict:
+    from torch.export.pt2_archive._package import load_pt2
+
+    return dict(load_pt2(str(path)).exported_programs)
+
+
+def export(checkpoint: PathLike, model_config: PathLike, component: str, bucket: int,
+           out: PathLike, seed: int = 0) -> None:
+    """results/export/{component}/b{bucket}.pt2: the component traced at one static bucket."""
+    from kokoro_tvm.components import export_component
+
+    save_programs(export_component(_kmodel(checkpoint, model_config), component, bucket, seed), out)
+
+
+def write_params(checkpoint: PathLike, model_config: PathLike, component: str,
+                 out: PathLike) -> None:
+    """results/params/{component}.npz: the component's weights under their Relax input names."""
+    from kokoro_tvm.components import component_params
+
+    arrays = component_params(_kmodel(checkpoint, model_config), component)
+    with atomic_path(out) as tmp:
+        np.savez(tmp, **arrays)
+
+
+def import_relax(exported: PathLike, lstm: str, out: PathLike) -> dict[str, Any]:
+    """results/relax/{component}/{lstm}/b{bucket}.json; import figures kept as module attrs."""
+    import tvm
+
+    from kokoro_tvm.compile.importer import import_programs, ir_lines
+
+    started = time.perf_counter()
+    mod, _ = import_programs(load_programs(exported), lstm)
+    figures = {"import_seconds": round(time.perf_counter() - started, 3), "ir_lines": ir_lines(mod)}
+    mod = mod.with_attrs({f"kokoro_tvm.{k}": v for k, v in figures.items()})
+    with atomic_path(out) as tmp:
+        tmp.write_text(tvm.ir.save_json(mod))
+    return figures
+
+
+def lower(relax_json: PathLike, target_options: dict[str, Any], out: PathLike) -> None:
+    """results/lowered/{target}/...: the target's Relax pipeline applied, before codegen."""
+    import tvm
+
+    from kokoro_tvm.compile.lower import lower as lower_module
+    from kokoro_tvm.compile.targets import make_target
+
+    mod = tvm.ir.load_json(Path(relax_json).read_text())
+    lowered = lower_module(mod, make_target(target_options))
+    with atomic_path(out) as tmp:
+        tmp.write_text(tvm.ir.save_json(lowered))
+
+
+def _module_figure(mod, name: str):
+    value = (mod.attrs or {}).get(f"kokoro_tvm.{name}")
+    return None if value is None else float(value) if "seconds" in name else int(value)
+
+
+def build(lowered_json: PathLike, params: PathLike, target_name: str,
+          target_options: dict[str, Any], dims: dict[str, Any], out_so: PathLike,
+          out_meta: PathLike) -> dict[str, Any]:
+    """results/lib/{target}/...: the code-only library and its .meta.json."""
+    import tvm
+
+    from kokoro_tvm.compile.build import build_library
+    from kokoro_tvm.compile.targets import make_target
+
+    mod = tvm.ir.load_json(Path(lowered_json).read_text())
+    target = make_target(target_options)
+    info = build_library(mod, target, out_so)
+    meta = {
+        **dims, "target": target_name, "target_string": str(target), "library": str(out_so),
+        **info,
+        "library_sha256": sha256_file(out_so),
+        "library_bytes": Path(out_so).stat().st_size,
+        "params_sha256": sha256_file(params),
+        "ir_lines": _module_figure(mod, "ir_lines"),
+        "import_seconds": _module_figure(mod, "import_seconds"),
+        "versions": {d: version(d) for d in ("apache-tvm", "torch", "kokoro")},
+    }
+    write_json(out_meta, meta)
+    return meta
+
+
+def validate(checkpoint: PathLike, model_config: PathLike, component: str, bucket: int,
+             library: PathLike, params: PathLike, seed: int, out: PathLike) -> dict[str, Any]:
+    """results/validate/...: the library against PyTorch on the same inputs; fails if not passed."""
+    from kokoro_tvm.validate import ValidationFailed, validate_component
+
+    report = validate_component(_kmodel(checkpoint, model_config), component, bucket, library,
+                                params, seed)
+    report.update(component=component, bucket=bucket, library=str(library), seed=seed)
+    if not report["passed"]:
+        raise ValidationFailed(f"{library} failed validation against PyTorch:\n"
+                               + json.dumps(report["metrics"], indent=1))
+    write_json(out, report)
+    return report
+
+
+def manifest(metas: list[PathLike], validations: list[PathLike], target: str,
+             out: PathLike) -> dict[str, Any]:
+    """results/manifest/{target}.json: every validated library of the target with its metadata."""
+    entries = []
+    for meta_path, validation_path in zip(metas, validations, strict=True):  # same order
+        meta = json.loads(Path(meta_path).read_text())
+        validation = json.loads(Path(validation_path).read_text())
+        entries.append({**meta, "meta": str(meta_path), "validation": str(validation_path),
+                        "passed": validation["passed"]})
+    document = {"target": target, "libraries": entries}
+    write_json(out, document)
+    return document

@@ -1,0 +1,26 @@
+# Build: code generation and linking into a code-only library, with its metadata.
+
+
+rule build:
+    input:
+        lowered=rules.lower.output.lowered,
+        params=rules.params.output.npz,
+        code=package_files("compile/build.py", "compile/targets.py", "stages.py"),
+        script=script("build.py"),
+    output:
+        library=paths.LIBRARY,
+        meta=paths.LIBRARY_META,
+    params:
+        options=lambda wildcards: target_options(wildcards.target),
+        versions=versions("apache-tvm"),
+    log:
+        "logs/lib/{target}/{component}/{lstm}/b{bucket}.log",
+    benchmark:
+        "benchmarks/lib/{target}/{component}/{lstm}/b{bucket}.tsv"
+    conda:
+        "../envs/kokoro-tvm.yaml"
+    shell:
+        "python {input.script} --lowered {input.lowered} --params {input.params}"
+        " --target {wildcards.target} --target-options '{params.options}'"
+        " --component {wildcards.component} --lstm {wildcards.lstm} --bucket {wildcards.bucket}"
+        " --out {output.library} --out-meta {output.meta} > {log} 2>&1"

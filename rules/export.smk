@@ -1,0 +1,24 @@
+# Export: one Kokoro component traced by torch.export at one static bucket.
+
+
+rule export:
+    input:
+        checkpoint=rules.weights.output.checkpoint,
+        config=rules.weights.output.config,
+        code=package_files("components.py", "model.py", "stages.py"),
+        script=script("export.py"),
+    output:
+        pt2=paths.EXPORT,
+    params:
+        seed=setting("validation.seed"),
+        versions=versions("torch", "kokoro"),
+    log:
+        "logs/export/{component}/b{bucket}.log",
+    benchmark:
+        "benchmarks/export/{component}/b{bucket}.tsv"
+    conda:
+        "../envs/kokoro-tvm.yaml"
+    shell:
+        "python {input.script} --checkpoint {input.checkpoint} --model-config {input.config}"
+        " --component {wildcards.component} --bucket {wildcards.bucket} --seed {params.seed}"
+        " --out {output.pt2} > {log} 2>&1"

@@ -1,0 +1,30 @@
+#!/usr/bin/env python3
+"""Build a lowered module into a code-only shared library plus its .meta.json."""
+import argparse
+import json
+import sys
+
+from kokoro_tvm import stages
+from kokoro_tvm.errors import run_script
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--lowered", required=True)
+    parser.add_argument("--params", required=True, help="results/params/{component}.npz (hashed into the metadata)")
+    parser.add_argument("--target", required=True, help="the target's name in config.yaml")
+    parser.add_argument("--target-options", required=True, help="TVM target in dict form, as JSON")
+    parser.add_argument("--component", required=True)
+    parser.add_argument("--lstm", required=True)
+    parser.add_argument("--bucket", required=True, type=int)
+    parser.add_argument("--out", required=True, help="results/lib/{target}/{component}/{lstm}/b{bucket}.so")
+    parser.add_argument("--out-meta", required=True)
+    args = parser.parse_args()
+    dims = {"component": args.component, "lstm": args.lstm, "bucket": args.bucket}
+    meta = stages.build(args.lowered, args.params, args.target, json.loads(args.target_options),
+                        dims, args.out, args.out_meta)
+    print(json.dumps(meta, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(run_script(main))

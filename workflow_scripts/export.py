@@ -1,0 +1,24 @@
+#!/usr/bin/env python3
+"""Export one Kokoro component at one static bucket with torch.export (.pt2, one program per function)."""
+import argparse
+import sys
+
+from kokoro_tvm import stages
+from kokoro_tvm.errors import run_script
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--checkpoint", required=True, help="results/assets/kokoro-82m.pth")
+    parser.add_argument("--model-config", required=True, help="results/assets/config.json")
+    parser.add_argument("--component", required=True)
+    parser.add_argument("--bucket", required=True, type=int)
+    parser.add_argument("--seed", type=int, default=0, help="seeds the inputs traced with")
+    parser.add_argument("--out", required=True, help="results/export/{component}/b{bucket}.pt2")
+    args = parser.parse_args()
+    stages.export(args.checkpoint, args.model_config, args.component, args.bucket, args.out,
+                  args.seed)
+
+
+if __name__ == "__main__":
+    sys.exit(run_script(main))

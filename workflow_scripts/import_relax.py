@@ -1,0 +1,21 @@
+#!/usr/bin/env python3
+"""Import an exported component into TVM Relax (weights stay inputs), lowering LSTMs by --lstm."""
+import argparse
+import json
+import sys
+
+from kokoro_tvm import stages
+from kokoro_tvm.errors import run_script
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--exported", required=True, help="results/export/{component}/b{bucket}.pt2")
+    parser.add_argument("--lstm", required=True, help="LSTM lowering method (none without LSTMs)")
+    parser.add_argument("--out", required=True, help="results/relax/{component}/{lstm}/b{bucket}.json")
+    args = parser.parse_args()
+    print(json.dumps(stages.import_relax(args.exported, args.lstm, args.out)))
+
+
+if __name__ == "__main__":
+    sys.exit(run_script(main))

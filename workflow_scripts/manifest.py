@@ -1,0 +1,23 @@
+#!/usr/bin/env python3
+"""List every validated library of one target, with its metadata, in results/manifest/{target}.json."""
+import argparse
+import sys
+
+from kokoro_tvm import stages
+from kokoro_tvm.errors import run_script
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--metas", nargs="+", required=True, help="the libraries' .meta.json files")
+    parser.add_argument("--validations", nargs="+", required=True,
+                        help="their validation reports, in the same order")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    document = stages.manifest(args.metas, args.validations, args.target, args.out)
+    print(f"{args.out}: {len(document['libraries'])} libraries")
+
+
+if __name__ == "__main__":
+    sys.exit(run_script(main))

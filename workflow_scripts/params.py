@@ -1,0 +1,21 @@
+#!/usr/bin/env python3
+"""Write one component's weights (.npz, named as its libraries' inputs), shared by all its buckets."""
+import argparse
+import sys
+
+from kokoro_tvm import stages
+from kokoro_tvm.errors import run_script
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--checkpoint", required=True, help="results/assets/kokoro-82m.pth")
+    parser.add_argument("--model-config", required=True, help="results/assets/config.json")
+    parser.add_argument("--component", required=True)
+    parser.add_argument("--out", required=True, help="results/params/{component}.npz")
+    args = parser.parse_args()
+    stages.write_params(args.checkpoint, args.model_config, args.component, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(run_script(main))

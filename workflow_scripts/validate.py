@@ -1,0 +1,28 @@
+#!/usr/bin/env python3
+"""Check a built library against the PyTorch component on the same inputs; exit 1 if it fails."""
+import argparse
+import json
+import sys
+
+from kokoro_tvm import stages
+from kokoro_tvm.errors import run_script
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--checkpoint", required=True, help="results/assets/kokoro-82m.pth")
+    parser.add_argument("--model-config", required=True, help="results/assets/config.json")
+    parser.add_argument("--component", required=True)
+    parser.add_argument("--bucket", required=True, type=int)
+    parser.add_argument("--library", required=True)
+    parser.add_argument("--params", required=True)
+    parser.add_argument("--seed", type=int, default=0, help="seeds the example inputs")
+    parser.add_argument("--out", required=True, help="results/validate/{target}/{component}/{lstm}/b{bucket}.json")
+    args = parser.parse_args()
+    report = stages.validate(args.checkpoint, args.model_config, args.component, args.bucket,
+                             args.library, args.params, args.seed, args.out)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(run_script(main))
