@@ -218,7 +218,7 @@ def _read_float_conv(g: _Graph, node: onnx.NodeProto) -> Reading | None:
 def _read_embedding(g: _Graph, node: onnx.NodeProto) -> Reading | None:
     """Embedding tables: int8 per-tensor, read through Gather -> DequantizeLinear."""
     q = g.init(node, 0)
-    if q is None:
+    if q is None or q.dtype not in (np.int8, np.uint8):  # a Gather on a shape constant
         return None
     dq = [c for c in g.consumers.get(node.output[0], []) if c.op_type == "DequantizeLinear"]
     if len(dq) != 1:
@@ -371,8 +371,8 @@ def _split_submodules(flat: dict[str, torch.Tensor]) -> dict[str, dict[str, torc
     """KModel's checkpoint format: {submodule: that submodule's state_dict}."""
     out: dict[str, dict[str, torch.Tensor]] = {name: {} for name in SUBMODULES}
     for key, value in flat.items():
-        sub, _, rest = key.partition(".")
-        out[sub or key][rest] = value
+        sub, rest = key.split(".", 1)
+        out.setdefault(sub, {})[rest] = value
     return out
 
 
