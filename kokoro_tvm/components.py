@@ -221,23 +221,23 @@ class DecoderWrapper(nn.Module):
         super().__init__()
         self.decoder = kmodel.decoder
 
-    def source(self, F0, phase_noise, sine_noise):
+    def source(self, f0, phase_noise, sine_noise):
         gen = self.decoder.generator
-        f0 = gen.f0_upsamp(F0[:, None]).transpose(1, 2)
-        har_source, _, _ = gen.m_source(f0, phase_noise, sine_noise)
+        f0_samples = gen.f0_upsamp(f0[:, None]).transpose(1, 2)
+        har_source, _, _ = gen.m_source(f0_samples, phase_noise, sine_noise)
         har_spec, har_phase = gen.stft.transform(har_source.transpose(1, 2).squeeze(1))
         return torch.cat([har_spec, har_phase], dim=1)
 
-    def body(self, asr, F0, N, s, har):
+    def body(self, asr, f0, n, s, har):
         dec = self.decoder
-        f0 = dec.F0_conv(F0.unsqueeze(1))
-        n = dec.N_conv(N.unsqueeze(1))
-        x = dec.encode(torch.cat([asr, f0, n], dim=1), s)
+        f0_down = dec.F0_conv(f0.unsqueeze(1))
+        n_down = dec.N_conv(n.unsqueeze(1))
+        x = dec.encode(torch.cat([asr, f0_down, n_down], dim=1), s)
         asr_res = dec.asr_res(asr)
         res = True
         for block in dec.decode:
             if res:
-                x = torch.cat([x, asr_res, f0, n], dim=1)
+                x = torch.cat([x, asr_res, f0_down, n_down], dim=1)
             x = block(x, s)
             if block.upsample_type != "none":
                 res = False
@@ -262,8 +262,8 @@ class DecoderWrapper(nn.Module):
         phase = torch.sin(x[:, gen.post_n_fft // 2 + 1:, :])
         return gen.stft.inverse(spec, phase)
 
-    def forward(self, asr, F0, N, s, phase_noise, sine_noise):
-        return self.body(asr, F0, N, s, self.source(F0, phase_noise, sine_noise))
+    def forward(self, asr, f0, n, s, phase_noise, sine_noise):
+        return self.body(asr, f0, n, s, self.source(f0, phase_noise, sine_noise))
 
 
 # --------------------------------------------------------------------------------------------
@@ -373,8 +373,8 @@ def decoder_inputs(config, F, seed) -> dict[str, torch.Tensor]:
     samples = dims["samples_per_frame"] * F
     return {
         "asr": asr,
-        "F0": _f0_contour(2 * F, g),
-        "N": torch.randn(1, 2 * F, generator=g),
+        "f0": _f0_contour(2 * F, g),
+        "n": torch.randn(1, 2 * F, generator=g),
         "s": _style(dims, g),
         "phase_noise": torch.rand(1, dims["harmonics"], generator=g),
         "sine_noise": torch.randn(1, samples, dims["harmonics"], generator=g),
@@ -406,8 +406,10 @@ class Component:
     wrapper: Callable[[Any], nn.Module]
     example_inputs: Callable[[dict, int, int], dict[str, torch.Tensor]]
     functions: tuple[Function, ...]
-    # Outputs of the chained functions judged by spectral metrics (ill-conditioned end to end).
+    # Outputs of the chained functions judged by spectral metrics (ill-conditioned end to end),
+    # and the input and relative change whose effect on PyTorch calibrates those metrics.
     spectral_outputs: tuple[str, ...] = ()
+    spectral_probe: tuple[str, float] = ("", 0.0)
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -426,12 +428,12 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in (
               text_encoder_inputs,
               (Function("main", "forward", ("input_ids", "text_mask"), ("t_en",)),)),
     Component("f0n", "frames", True, (), F0NWrapper, f0n_inputs,
-              (Function("main", "forward", ("en", "s"), ("F0", "N")),)),
+              (Function("main", "forward", ("en", "s"), ("f0", "n")),)),
     Component("decoder", "frames", False, ("sinegen_noise_inputs", "stft_phase_where"),
               DecoderWrapper, decoder_inputs,
-              (Function("source", "source", ("F0", "phase_noise", "sine_noise"), ("har",)),
-               Function("body", "body", ("asr", "F0", "N", "s", "har"), ("audio",))),
-              spectral_outputs=("audio",)),
+              (Function("source", "source", ("f0", "phase_noise", "sine_noise"), ("har",)),
+               Function("body", "body", ("asr", "f0", "n", "s", "har"), ("audio",))),
+              spectral_outputs=("audio",), spectral_probe=("f0", 1e-6)),
 )}
 
 

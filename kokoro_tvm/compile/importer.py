@@ -68,7 +68,7 @@ def import_programs(programs: dict[str, torch.export.ExportedProgram], lstm: str
     params: Params = {}
     for name, program in programs.items():
         func, func_params = import_program(program, lstm)
-        mod[name] = func
+        mod[name] = func.with_attr("global_symbol", name)  # each import calls its function main
         _merge_params(params, func_params)
     return mod, params
 

@@ -1,0 +1,167 @@
+"""Every component through export -> import -> lower -> JSON round trip -> build -> validate.
+
+Tiny random Kokoro (tests/data/tiny.yaml), buckets T=16 / F=16, host CPU target. Also: the
+library holds code only, weight names do not depend on the bucket, signatures match the
+registry, and the patches reproduce Kokoro where they claim to.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import tvm
+import tvm_ffi
+import yaml
+
+from kokoro_tvm.assets.model_config import kokoro_config
+from kokoro_tvm.compile.build import build_library
+from kokoro_tvm.compile.importer import import_programs
+from kokoro_tvm.compile.lower import lower
+from kokoro_tvm.compile.targets import make_target
+from kokoro_tvm.components import (COMPONENTS, DecoderWrapper, PATCHES, TextEncoderWrapper,
+                                   config_of, export_component, patched)
+from kokoro_tvm.model import build_kmodel
+from kokoro_tvm.validate import validate_component
+
+TINY = Path(__file__).resolve().parent / "data" / "tiny.yaml"
+BUCKET, OTHER_BUCKET = 16, 8
+TARGET = {"kind": "llvm", "mcpu": "host", "num-cores": 2}
+MIB = 1 << 20
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+def lstm_of(name: str) -> str:
+    return "unroll" if COMPONENTS[name].has_lstm else "none"
+
+
+@pytest.fixture(scope="module")
+def kmodel():
+    config = kokoro_config(yaml.safe_load(TINY.read_text())["weights"]["random_model"])
+    torch.manual_seed(0)
+    return build_kmodel(config, disable_complex=True)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_target(TARGET)
+
+
+@pytest.fixture(scope="module", params=sorted(COMPONENTS))
+def built(request, kmodel, target, tmp_path_factory):
+    """One component's artifacts at BUCKET, the build continuing from the JSON-loaded module."""
+    name = request.param
+    folder = tmp_path_factory.mktemp(name)
+    mod, params = import_programs(export_component(kmodel, name, BUCKET), lstm_of(name))
+    lowered = lower(mod, target)
+    loaded = tvm.ir.load_json(tvm.ir.save_json(lowered))
+    so_path, params_npz = folder / f"b{BUCKET}.so", folder / "params.npz"
+    info = build_library(loaded, target, so_path)
+    np.savez(params_npz, **params)
+    return SimpleNamespace(name=name, mod=mod, params=params, lowered=lowered, loaded=loaded,
+                           info=info, so_path=so_path, params_npz=params_npz)
+
+
+def test_lowered_module_survives_json(built):
+    assert tvm_ffi.structural_equal(built.loaded, built.lowered)
+
+
+def test_library_matches_pytorch(built, kmodel):
+    result = validate_component(kmodel, built.name, BUCKET, built.so_path, built.params_npz, seed=0)
+    assert result["passed"], json.dumps(result["metrics"], indent=1)
+    json.dumps(result)  # the validate stage writes it as JSON
+
+
+def test_library_holds_no_weights(built):
+    params_bytes = sum(a.nbytes for a in built.params.values())
+    assert built.info["embedded_constant_bytes"] < 1 * MIB
+    assert built.info["library_bytes"] == built.so_path.stat().st_size
+    # Tiny bert's weights (0.2 MB) are smaller than any code; elsewhere weights dominate.
+    assert built.info["library_bytes"] < max(params_bytes / 4, 4 * MIB)
+
+
+def test_signature_matches_registry(built):
+    functions = built.info["functions"]
+    component = COMPONENTS[built.name]
+    assert sorted(functions) == sorted(f.name for f in component.functions)
+    for fn in component.functions:
+        signature = functions[fn.name]
+        assert [i["name"] for i in signature["inputs"]] == list(fn.inputs)
+        assert len(signature["outputs"]) == len(fn.outputs)
+        assert set(signature["weights"]) <= set(built.params)
+    used = {w for signature in functions.values() for w in signature["weights"]}
+    assert used == set(built.params), "every stored weight is some function's input"
+
+
+def test_params_do_not_depend_on_bucket(built, kmodel):
+    _, other = import_programs(export_component(kmodel, built.name, OTHER_BUCKET),
+                               lstm_of(built.name))
+    assert sorted(other) == sorted(built.params)
+    for key, value in other.items():
+        np.testing.assert_array_equal(value, built.params[key])
+
+
+def test_example_inputs_fit_the_bucket(kmodel):
+    for name, component in COMPONENTS.items():
+        inputs = component.example_inputs(config_of(kmodel), BUCKET, 0)
+        first = component.functions[0]
+        assert set(first.inputs) <= set(inputs), name
+        if "input_ids" in inputs:
+            ids = inputs["input_ids"][0]
+            mask = inputs["text_mask"] if "text_mask" in inputs else inputs["attention_mask"] == 0
+            valid = int((~mask[0]).sum())
+            assert ids.shape == (BUCKET,) and ids[0] == 0 and ids[valid - 1] == 0
+            assert (ids[valid:] == 0).all() and (ids[1:valid - 1] > 0).all()
+        if "f0" in inputs:
+            voiced = inputs["f0"][inputs["f0"] > 0]
+            assert (inputs["f0"] == 0).any() and voiced.min() >= 80 and voiced.max() <= 300
+
+
+# ----------------------------------------------------------------------------------------------
+# The patches.
+# ----------------------------------------------------------------------------------------------
+
+def test_patched_restores_originals():
+    from kokoro.custom_stft import CustomSTFT
+    from kokoro.istftnet import SineGen
+
+    before = (torch.nn.utils.rnn.pack_padded_sequence, SineGen.forward, CustomSTFT.transform)
+    with patched(tuple(PATCHES)):
+        assert SineGen.forward is not before[1]
+    after = (torch.nn.utils.rnn.pack_padded_sequence, SineGen.forward, CustomSTFT.transform)
+    assert after == before
+    with pytest.raises(RuntimeError), patched(tuple(PATCHES)):
+        raise RuntimeError("restored on error too")
+    assert SineGen.forward is before[1]
+
+
+def test_decoder_split_and_noise_inputs_reproduce_kokoro(kmodel):
+    """Kokoro's decoder drawing its own noise == our source+body fed the same draws."""
+    inputs = COMPONENTS["decoder"].example_inputs(config_of(kmodel), BUCKET, 3)
+    with torch.no_grad():
+        torch.manual_seed(7)
+        expected = kmodel.decoder(inputs["asr"], inputs["f0"], inputs["n"], inputs["s"])
+        torch.manual_seed(7)  # the draws Kokoro makes, in its order
+        phase_noise = torch.rand(inputs["phase_noise"].shape)
+        # Kokoro's randn_like fills a [1, samples, harmonics] view of [1, harmonics, samples]
+        # memory, and torch draws different values into strided memory.
+        batch, samples, harmonics = inputs["sine_noise"].shape
+        sine_noise = torch.empty(batch, harmonics, samples).transpose(1, 2).normal_()
+        with patched(COMPONENTS["decoder"].patches):
+            got = DecoderWrapper(kmodel)(inputs["asr"], inputs["f0"], inputs["n"], inputs["s"],
+                                         phase_noise, sine_noise)
+    torch.testing.assert_close(got, expected[:, 0], rtol=0, atol=1e-5 * expected.abs().max())
+
+
+def test_pack_identity_is_exact_at_full_length(kmodel):
+    inputs = COMPONENTS["text_encoder"].example_inputs(config_of(kmodel), BUCKET, 0)
+    ids, mask = inputs["input_ids"], torch.zeros_like(inputs["text_mask"])
+    with torch.no_grad():
+        expected = kmodel.text_encoder(ids, torch.tensor([BUCKET]), mask)
+        with patched(COMPONENTS["text_encoder"].patches):
+            got = TextEncoderWrapper(kmodel)(ids, mask)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
