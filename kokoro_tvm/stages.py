@@ -15,8 +15,13 @@ from typing import Any
 import numpy as np
 
 from kokoro_tvm.atomic import atomic_path, write_json
+from kokoro_tvm.errors import UserError
 
 PathLike = str | Path
+
+
+class ImportFailed(UserError):
+    """An exported program TVM cannot import (an unsupported op, say); names the artifact."""
 
 
 def sha256_file(path: PathLike) -> str:
@@ -73,7 +78,11 @@ def import_relax(exported: PathLike, lstm: str, out: PathLike) -> dict[str, Any]
     from kokoro_tvm.compile.importer import import_programs, ir_lines
 
     started = time.perf_counter()
-    mod, _ = import_programs(load_programs(exported), lstm)
+    try:
+        mod, _ = import_programs(load_programs(exported), lstm)
+    except Exception as err:  # TVM's importer reports unsupported ops with assorted types
+        raise ImportFailed(f"{exported}: cannot import into Relax with lstm method '{lstm}': "
+                           f"{type(err).__name__}: {err}") from err
     figures = {"import_seconds": round(time.perf_counter() - started, 3), "ir_lines": ir_lines(mod)}
     mod = mod.with_attrs({f"kokoro_tvm.{k}": v for k, v in figures.items()})
     with atomic_path(out) as tmp:
@@ -112,8 +121,8 @@ def build(lowered_json: PathLike, params: PathLike, target_name: str,
     target = make_target(target_options)
     info = build_library(mod, target, out_so)
     meta = {
-        **dims, "target": target_name, "target_string": str(target), "library": str(out_so),
-        **info,
+        **dims, **info,
+        "target": target_name, "target_string": str(target), "library": str(out_so),
         "library_sha256": sha256_file(out_so),
         "library_bytes": Path(out_so).stat().st_size,
         "params_sha256": sha256_file(params),

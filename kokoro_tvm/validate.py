@@ -8,22 +8,22 @@ into library input, and their ``spectral_outputs`` (the waveform) are judged by 
 SNR: the harmonic source is ill-conditioned in float32, so sample-wise error says little there.
 
 The decoder's ``source`` output itself is reported without a tolerance: its phase half jumps by
-2 pi wherever atan2 sits on its branch cut (max abs error 6.28 at every seed measured) and its
+2 pi wherever atan2 sits on its branch cut (max abs error 6.28 at 8 of 9 seeds measured) and its
 magnitude carries the float32 phase accumulation of the sine generator (1e-4..2.4e-4 relative
 at F=16, growing with F); it is judged through the chained waveform.
 
-The spectral bar is calibrated per run, because float32 rounding in the source path costs very
-different SNR depending on weights and length. The probe is PyTorch against itself with one input
-scaled by 1 + 1e-6 (``Component.spectral_probe``: F0 for the decoder). Measured on the tiny random
-model (chained TVM vs PyTorch, and the probe): F=16 TVM 25.8-29.1 dB / log-mel L1 0.013-0.028,
-probe 22.5-26.6 dB / 0.017-0.053; F=64 TVM 20.3-21.6 dB / 0.051-0.065, probe 19.2-20.1 dB /
-0.064-0.076. Real differences at F=16-64: other style 5.6-8.2 dB / 0.40-0.49, F0 x 1.01
-2.1-3.2 dB / 0.51-0.61, other noise 1.0-1.8 dB / 0.60-0.65. Hence: SNR >= probe - 6 dB and L1 <=
-2 x probe + 0.01 (TVM may carry up to 4x the error power of a 1 ppm F0 change), but never looser
-than SNR 10 dB / L1 0.3, which still separates rounding from every real difference above. Where
-the probe itself falls below that (random weights, long buckets: about -6 dB per 4x frames), the
-check fails: such a model cannot be validated spectrally. DESIGN.md measured 39-44 dB for the
-probe with real weights.
+Spectral bars, from measurements (chained TVM vs PyTorch; tiny random model at F=16, seeds 0-3,
+and F=64, seeds 0-2; full-size random decoder at F=16, seeds 0-1): float32 rounding gave SNR
+20.4-58.7 dB and log-mel L1 0.001-0.065. Real differences on the same inputs gave: another style
+7.3-9.2 dB / 0.32-0.42, F0 x 1.01 2.1-3.2 dB / 0.51-0.61, other noise -0.0-1.5 dB / 0.62-0.65.
+The bars SNR >= 12 dB and L1 <= 0.25 sit between the two groups with margin on both sides.
+Each result also reports a probe: PyTorch against itself with one input scaled by 1 + 1e-6
+(``Component.spectral_probe``; F0 for the decoder), which shows how much rounding alone costs at
+that bucket (22.4-27.1 dB at F=16, 19.2-20.1 dB at F=64: about -6 dB per 4x frames on random
+weights, so long random-weight buckets will fall below the bar; DESIGN.md measured 39-44 dB
+with real weights, where the bar could be tighter). The probe is reported, not used as the bar:
+one realization is noisy (the full-size decoder at seed 1 had TVM at 58.7 dB, the probe at
+27.1 dB), because 2 pi phase flips at the atan2 branch cut happen by chance.
 """
 from __future__ import annotations
 
@@ -37,17 +37,17 @@ import tvm
 from tvm import relax
 
 from kokoro_tvm.components import COMPONENTS, Component, config_of, run_reference
+from kokoro_tvm.errors import UserError
 
 TIGHT_RELATIVE = 1e-4
-# The chained waveform's bars relative to the rounding probe, and their loosest values
-# (module docstring: measurements).
-SNR_MARGIN_DB = 6.0
-L1_FACTOR, L1_SLACK = 2.0, 0.01
-SNR_FLOOR_DB, L1_CEILING = 10.0, 0.3
-# Functions whose own outputs are ill-conditioned: reported, judged only through the chain.
-ILL_CONDITIONED = {("decoder", "source")}
+# The chained waveform's bars (module docstring: measurements).
+SPECTRAL_TOLERANCES = {"snr_db": 12.0, "log_mel_l1": 0.25}
 
 SAMPLE_RATE = 24_000
+
+
+class ValidationFailed(UserError):
+    """A library whose outputs differ from PyTorch's beyond tolerance; names the library."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,18 +154,18 @@ def snr_db(out: np.ndarray, ref: np.ndarray) -> float:
     return float(10 * np.log10(float(np.sum(ref.astype(np.float64) ** 2)) / max(noise, 1e-30)))
 
 
-def spectral_metrics(out: np.ndarray, ref: np.ndarray, probe: np.ndarray
+def spectral_metrics(out: np.ndarray, ref: np.ndarray, probe: np.ndarray | None = None
                      ) -> dict[str, dict[str, Any]]:
-    """Log-mel L1 and SNR of ``out``, with bars set by how far ``probe`` (PyTorch under a
-    rounding-sized input change) is from ``ref``; the probe's own figures are reported too."""
-    probe_l1, probe_snr = log_mel_l1(probe, ref), snr_db(probe, ref)
-    return {
-        "log_mel_l1": _metric(log_mel_l1(out, ref),
-                              min(L1_FACTOR * probe_l1 + L1_SLACK, L1_CEILING), "max"),
-        "snr_db": _metric(snr_db(out, ref), max(probe_snr - SNR_MARGIN_DB, SNR_FLOOR_DB), "min"),
-        "probe_log_mel_l1": _metric(probe_l1),
-        "probe_snr_db": _metric(probe_snr),
+    """Log-mel L1 and SNR of ``out`` against ``ref``, judged by SPECTRAL_TOLERANCES; with a
+    ``probe`` (PyTorch under a rounding-sized input change), its figures for context."""
+    metrics = {
+        "log_mel_l1": _metric(log_mel_l1(out, ref), SPECTRAL_TOLERANCES["log_mel_l1"], "max"),
+        "snr_db": _metric(snr_db(out, ref), SPECTRAL_TOLERANCES["snr_db"], "min"),
     }
+    if probe is not None:
+        metrics["probe_log_mel_l1"] = _metric(log_mel_l1(probe, ref))
+        metrics["probe_snr_db"] = _metric(snr_db(probe, ref))
+    return metrics
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,7 +182,7 @@ def _per_function(component: Component, so_path, params_npz, ref: dict[str, torc
     metrics = {}
     for fn in component.functions:
         outs = run_library(so_path, params_npz, fn.name, _numpy(ref, fn.inputs))
-        tolerance = None if (component.name, fn.name) in ILL_CONDITIONED else TIGHT_RELATIVE
+        tolerance = TIGHT_RELATIVE if fn.tight else None  # else judged through the chain
         for out_name, out in zip(fn.outputs, outs):
             ref_out = ref[out_name].detach().cpu().numpy()
             for key, entry in tight_metrics(out, ref_out, tolerance).items():
@@ -191,10 +191,13 @@ def _per_function(component: Component, so_path, params_npz, ref: dict[str, torc
 
 
 def _probe(kmodel, component: Component, inputs: dict[str, torch.Tensor]
-           ) -> dict[str, torch.Tensor]:
+           ) -> dict[str, torch.Tensor] | None:
     """The PyTorch reference with the probe input scaled by 1 + its relative change."""
     name, change = component.spectral_probe
-    return run_reference(kmodel, component.name, dict(inputs, **{name: inputs[name] * (1 + change)}))
+    if not name:
+        return None
+    return run_reference(kmodel, component.name,
+                         dict(inputs, **{name: inputs[name] * (1 + change)}))
 
 
 def _chained(kmodel, component: Component, so_path, params_npz,
@@ -208,7 +211,8 @@ def _chained(kmodel, component: Component, so_path, params_npz,
     probe = _probe(kmodel, component, inputs)
     metrics = {}
     for name in component.spectral_outputs:
-        found = spectral_metrics(env[name], ref[name].cpu().numpy(), probe[name].cpu().numpy())
+        found = spectral_metrics(env[name], ref[name].cpu().numpy(),
+                                 None if probe is None else probe[name].cpu().numpy())
         metrics.update({f"chained.{name}.{key}": entry for key, entry in found.items()})
     return metrics
 

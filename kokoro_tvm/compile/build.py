@@ -38,7 +38,8 @@ def signature(mod: tvm.IRModule) -> dict[str, dict[str, Any]]:
             continue
         num_input = int(func.attrs["num_input"])
         functions[gvar.name_hint] = {
-            "inputs": [{"name": p.name, **_tensor_signature(p.ty)} for p in func.params[:num_input]],
+            "inputs": [{"name": p.name, **_tensor_signature(p.ty)}
+                       for p in func.params[:num_input]],
             "weights": [p.name for p in func.params[num_input:]],
             "outputs": _outputs(func.ret_ty),
         }

@@ -16,16 +16,57 @@ from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
 
 from kokoro_tvm.compile.converters import CONVERTERS
-from kokoro_tvm.compile.lstm import LSTM_METHODS
+from kokoro_tvm.compile.lstm import LSTM_METHODS, LstmMethod
 
 Params = dict[str, np.ndarray]
+LSTM_OPS = ("lstm.input", "lstm.data")
 
 
-def _parameter_arrays(program: torch.export.ExportedProgram) -> Params:
-    """Placeholder name -> value of every parameter input of the program."""
+def lstm_nodes(program: torch.export.ExportedProgram) -> list[str]:
+    """Names of the LSTM calls in a program (before decomposition)."""
+    return [n.name for n in program.graph.nodes
+            if n.op == "call_function" and getattr(n.target, "__name__", "") in LSTM_OPS]
+
+
+def _without_lstm(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """The plain import path for components without LSTMs (lstm ``none``), checked."""
+    found = lstm_nodes(program)
+    if found:
+        raise ValueError(f"lstm method 'none' used for a program with LSTMs: {found}")
+    return program.run_decompositions()
+
+
+NO_LSTM = LstmMethod("none", _without_lstm)
+
+
+def _state_dict_keys(program: torch.export.ExportedProgram) -> dict[str, str]:
+    """Placeholder name -> KModel state-dict key of every parameter input of the program."""
     kind = torch.export.graph_signature.InputKind.PARAMETER
-    return {spec.arg.name: program.state_dict[spec.target].detach().cpu().numpy()
-            for spec in program.graph_signature.input_specs if spec.kind is kind}
+    return {spec.arg.name: spec.target for spec in program.graph_signature.input_specs
+            if spec.kind is kind}
+
+
+@relax.expr_functor.mutator
+class _RenameVars(relax.PyExprMutator):
+    """Replaces variables by others (Relax has no public substitution helper in 0.27)."""
+
+    def __init__(self, replacements: dict[relax.Var, relax.Var]):
+        super().__init__()
+        self.replacements = replacements
+
+    def visit_var_(self, var: relax.Var) -> relax.Expr:
+        return self.replacements.get(var, var)
+
+
+def _name_weights_by_key(func: relax.Function, keys: dict[str, str]) -> relax.Function:
+    """Weight parameters renamed from torch.export's placeholder names (lower-cased, dots
+    flattened) to KModel's state-dict keys, so that one params file, written straight from the
+    model's state dict, serves every bucket and every LSTM method of a component."""
+    num_input = int(func.attrs["num_input"])
+    renamed = {p: relax.Var(keys[p.name], p.ty) for p in func.params[num_input:]}
+    body = _RenameVars(renamed).visit_expr(func.body)
+    params = list(func.params[:num_input]) + list(renamed.values())
+    return relax.Function(params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
 
 
 def _drop_unused_weights(func: relax.Function) -> relax.Function:
@@ -43,14 +84,15 @@ def _drop_unused_weights(func: relax.Function) -> relax.Function:
 def import_program(program: torch.export.ExportedProgram, lstm: str
                    ) -> tuple[relax.Function, Params]:
     """One ExportedProgram -> a Relax function (inputs, then weights) and the weights it takes."""
-    method = LSTM_METHODS[lstm]
+    method = NO_LSTM if lstm == "none" else LSTM_METHODS[lstm]
     program = method.prepare(program)
     mod = from_exported_program(program, keep_params_as_input=True, run_ep_decomposition=False,
                                 custom_convert_map={**CONVERTERS, **method.converters})
-    func = _drop_unused_weights(mod["main"].without_attr("params"))
-    arrays = _parameter_arrays(program)
+    keys = _state_dict_keys(program)
+    func = _name_weights_by_key(_drop_unused_weights(mod["main"].without_attr("params")), keys)
     num_input = int(func.attrs["num_input"])
-    return func, {p.name: arrays[p.name] for p in func.params[num_input:]}
+    return func, {p.name: program.state_dict[p.name].detach().cpu().numpy()
+                  for p in func.params[num_input:]}
 
 
 def _merge_params(params: Params, more: Params) -> None:

@@ -3,16 +3,52 @@
 The result is a plain IRModule (finalised Relax functions and unscheduled TIR PrimFuncs) that
 ``tvm.ir.save_json`` can store, so lowering and building are separate, separately cached stages;
 ``build.build_library`` continues from it without re-running these passes.
+
+The passes are the target's own (its backend's dispatch, legalize, dataflow-lowering and finalize
+lists, as in ``relax.get_default_pipeline(target)``) with one change of purpose: nothing that
+grows with the bucket may become a constant, because constants are embedded in a library meant
+to hold code only. The decoder's interpolations and upsampling index with ``arange`` over the
+audio samples; TVM legalizes a constant-bounded ``arange`` into a numpy table and
+``FoldConstant`` then evaluates the index arithmetic on it, leaving int64/float32 tables as long
+as the audio in the library (365 KB at F=16 on the tiny model, i.e. about 57 MB at F=2500). So
+``arange`` is legalized to a kernel and ``FoldConstant`` is skipped. Computing the indices at
+run time costs nothing measurable (decoder body F=16: 6.1 s either way; convolutions dominate).
 """
 from __future__ import annotations
 
+import importlib
+
 import tvm
-from tvm import relax
+from tvm import relax, topi
+
+SKIPPED_PASSES = ("FoldConstant",)
+# Where each target kind's pass lists live. ``relax.pipeline.dataflow_lower_passes`` cannot be
+# used for llvm in TVM 0.27: the cpu_generic package does not re-export that list.
+BACKENDS = {"llvm": "tvm.relax.backend.cpu_generic.pipeline"}
+
+
+def passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
+    """The target's default Relax passes in order, without ``SKIPPED_PASSES``."""
+    if target.kind.name not in BACKENDS:
+        raise ValueError(f"no Relax pipeline known for target kind {target.kind.name}")
+    backend = importlib.import_module(BACKENDS[target.kind.name])
+    every = (backend.library_dispatch_passes(target) + backend.legalize_passes(target)
+             + backend.dataflow_lower_passes(target) + backend.finalize_passes(target))
+    return [_LEGALIZE if p.info.name == "LegalizeOps" else p
+            for p in every if p.info.name not in SKIPPED_PASSES]
+
+
+def _arange_kernel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """relax.arange as a TIR kernel even when its bounds are constants (TVM makes a table)."""
+    start, end, step = call.args
+    return bb.call_te(topi.arange, start, end, step, call.attrs.dtype)
+
+
+_LEGALIZE = relax.transform.LegalizeOps(customize_legalize_map={"relax.arange": _arange_kernel})
 
 
 def lower(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    """``mod`` through the target's default Relax pipeline (legalize, fuse, memory planning,
-    VM lowering): everything ``relax.build`` does before VM codegen and TIR compilation."""
-    pipeline = relax.get_default_pipeline(target)
+    """``mod`` through the target's Relax pipeline (legalize, fuse, memory planning, VM
+    lowering): everything ``relax.build`` does before VM codegen and TIR compilation."""
     with target:
-        return pipeline(mod)
+        return tvm.transform.Sequential(passes(target))(mod)
