@@ -1,0 +1,215 @@
+"""The whole pipeline on the tiny random-weight config: builds, validates, and stays tight.
+
+A copy of the workflow (Snakefile, rules, scripts, package sources) lives in a scratch folder so
+that tests can touch its code files without touching the repository; a completed tiny build
+lives in another, and every staleness claim of DESIGN.md section 3 is checked by a dry run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import REPO, TINY, run_snakemake
+
+WORKFLOW_PARTS = ("Snakefile", "config.yaml", "rules", "workflow_scripts", "envs", "kokoro_tvm")
+LSTM_COMPONENTS = {"duration", "text_encoder", "f0n"}
+
+
+@pytest.fixture(scope="module")
+def workflow(tmp_path_factory) -> Path:
+    copy = tmp_path_factory.mktemp("workflow")
+    for part in WORKFLOW_PARTS:
+        source = REPO / part
+        if source.is_dir():
+            shutil.copytree(source, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, copy / part)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def built(workflow, tmp_path_factory) -> Path:
+    """A finished `snakemake all` on the tiny config."""
+    workdir = tmp_path_factory.mktemp("built")
+    run_snakemake(workdir, "all", snakefile=workflow / "Snakefile")
+    return workdir
+
+
+def dry_run(workdir: Path, workflow: Path, *targets: str, configfiles=(TINY,)) -> list[dict]:
+    """The jobs a dry run would execute: rule and output paths of each."""
+    done = run_snakemake(workdir, "-n", *targets, snakefile=workflow / "Snakefile",
+                         configfiles=configfiles)
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", done.stdout + done.stderr):
+        match = re.match(r"(?:local)?rule (\w+):", block)
+        if match:
+            outputs = re.search(r"output: (.*)", block)
+            jobs.append({"rule": match.group(1),
+                         "output": outputs.group(1) if outputs else ""})
+    return jobs
+
+
+def rules_of(jobs) -> Counter:
+    return Counter(j["rule"] for j in jobs if j["rule"] != "all")
+
+
+def overrides(tmp_path: Path, **settings) -> list[Path]:
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(yaml.safe_dump(settings))
+    return [TINY, extra]
+
+
+def test_every_library_validates_and_is_in_the_manifest(built):
+    config = yaml.safe_load(TINY.read_text())
+    for target in config["targets"]:
+        manifest = json.loads((built / f"results/manifest/{target}.json").read_text())
+        entries = {(e["component"], e["lstm"], e["bucket"]) for e in manifest["libraries"]}
+        assert entries == {("bert", "none", 16), ("duration", "unroll", 16),
+                           ("text_encoder", "unroll", 16), ("f0n", "unroll", 16),
+                           ("decoder", "none", 16)}
+        for entry in manifest["libraries"]:
+            assert entry["passed"] and entry["target"] == target
+            library = built / entry["library"]
+            assert entry["library_sha256"] == _sha256(library)
+            report = json.loads((built / entry["validation"]).read_text())
+            assert report["passed"] and report["metrics"]
+            assert all(m["passed"] for m in report["metrics"].values() if "tolerance" in m
+                       and m["tolerance"] is not None)
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_libraries_hold_code_not_weights(built):
+    for meta_path in (built / "results/lib/llvm").rglob("*.meta.json"):
+        meta = json.loads(meta_path.read_text())
+        params = built / f"results/params/{meta['component']}.npz"
+        library = meta_path.with_name(meta_path.name.replace(".meta.json", ".so"))
+        assert library.stat().st_size < 4e6, f"{library} is {library.stat().st_size} bytes"
+        assert meta["params_sha256"] == _sha256(params)
+        for key in ("ir_lines", "build_seconds", "import_seconds", "functions", "versions"):
+            assert meta[key], (meta_path, key)
+    decoder_params = (built / "results/params/decoder.npz").stat().st_size
+    assert decoder_params > 20 * (built / "results/lib/llvm/decoder/none/b16.so").stat().st_size
+
+
+def test_second_run_has_nothing_to_do(built, workflow):
+    assert dry_run(built, workflow, "all") == []
+
+
+def test_adding_a_bucket_builds_only_that_bucket(built, workflow, tmp_path):
+    jobs = dry_run(built, workflow, "all",
+                   configfiles=overrides(tmp_path, buckets={"bert": [16, 24]}))
+    assert rules_of(jobs) == {"export": 1, "import_relax": 1, "lower": 2, "build": 2,
+                              "validate": 2, "manifest": 2}
+    built_paths = [j["output"] for j in jobs if j["rule"] not in ("manifest", "all")]
+    assert all("bert" in p and "b24" in p for p in built_paths), built_paths
+
+
+def test_lstm_lowering_change_rebuilds_only_lstm_artifacts(built, workflow):
+    """An edit (not a touch: Snakemake compares checksums of small inputs) of the lowering."""
+    lowering = workflow / "kokoro_tvm/compile/lstm.py"
+    original, stat = lowering.read_text(), lowering.stat()
+    lowering.write_text(original + "\n# an edit\n")
+    try:
+        jobs = dry_run(built, workflow, "all")
+    finally:
+        lowering.write_text(original)
+        os.utime(lowering, (stat.st_atime, stat.st_mtime))
+    assert rules_of(jobs) == {"import_relax": 3, "lower": 6, "build": 6, "validate": 6,
+                              "manifest": 2}
+    for job in jobs:
+        if job["rule"] not in ("manifest", "all"):
+            assert any(f"/{c}/" in job["output"] for c in LSTM_COMPONENTS), job
+
+
+def test_target_options_change_rebuilds_only_that_target(built, workflow, tmp_path):
+    changed = {"target_options": {"llvm": {"kind": "llvm", "mcpu": "host", "num-cores": 1}}}
+    jobs = dry_run(built, workflow, "all", configfiles=overrides(tmp_path, **changed))
+    assert rules_of(jobs) == {"lower": 5, "build": 5, "validate": 5, "manifest": 1}
+    assert all("/llvm/" in j["output"] or j["output"].endswith("llvm.json")
+               for j in jobs if j["rule"] != "all"), jobs
+
+
+def test_one_library_path_schedules_only_its_chain(workflow, tmp_path):
+    jobs = dry_run(tmp_path, workflow, "results/lib/llvm/f0n/unroll/b16.so")
+    assert rules_of(jobs) == {"weights": 1, "export": 1, "params": 1, "import_relax": 1,
+                              "lower": 1, "build": 1}
+
+
+def test_scripts_are_standalone_clis():
+    for script in sorted((REPO / "workflow_scripts").glob("*.py")):
+        done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
+                              text=True)
+        assert done.returncode == 0 and "usage:" in done.stdout, script
+
+
+def test_killed_build_leaves_no_library(built, tmp_path):
+    """SIGKILL mid-build (no cleanup code runs): the library path must not exist."""
+    out = tmp_path / "lib" / "b16.so"
+    options = json.dumps({"kind": "llvm", "mcpu": "host", "num-cores": 2})
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "workflow_scripts/build.py"),
+         "--lowered", str(built / "results/lowered/llvm/decoder/none/b16.json"),
+         "--params", str(built / "results/params/decoder.npz"), "--target", "llvm",
+         "--target-options", options, "--component", "decoder", "--lstm", "none",
+         "--bucket", "16", "--out", str(out), "--out-meta", str(tmp_path / "lib/b16.meta.json")])
+    time.sleep(4)  # loading TVM and the module takes ~2 s, codegen several more
+    assert process.poll() is None, "the build finished before it could be killed"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not out.exists() and not (tmp_path / "lib/b16.meta.json").exists()
+
+
+def test_failed_validation_names_the_library_and_writes_no_report(built, tmp_path):
+    params = dict(np.load(built / "results/params/bert.npz"))
+    key = next(k for k in params if k.endswith("bert_encoder.weight"))
+    params[key] = params[key] * 1.01
+    wrong = tmp_path / "bert.npz"
+    np.savez(wrong, **params)
+    library = built / "results/lib/llvm/bert/none/b16.so"
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "workflow_scripts/validate.py"),
+         "--checkpoint", str(built / "results/assets/kokoro-82m.pth"),
+         "--model-config", str(built / "results/assets/config.json"), "--component", "bert",
+         "--bucket", "16", "--library", str(library), "--params", str(wrong),
+         "--out", str(report)], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert str(library) in done.stderr and "failed validation" in done.stderr
+    assert not report.exists()
+
+
+def test_unsupported_op_fails_naming_the_artifact(tmp_path):
+    import torch
+
+    from kokoro_tvm.stages import save_programs
+
+    class Noisy(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.rand_like(x)  # TVM 0.27 has no converter for rand_like
+
+    exported = tmp_path / "b8.pt2"
+    save_programs({"main": torch.export.export(Noisy(), (torch.zeros(1, 8),))}, exported)
+    out = tmp_path / "relax.json"
+    done = subprocess.run([sys.executable, str(REPO / "workflow_scripts/import_relax.py"),
+                           "--exported", str(exported), "--lstm", "none", "--out", str(out)],
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and str(exported) in done.stderr, done.stderr
+    assert "rand" in done.stderr and "Traceback" not in done.stderr
+    assert not out.exists()
