@@ -1,4 +1,4 @@
-"""Atomic file writes: a killed job never leaves a file that looks finished.
+"""Artifact files: atomic writes (a killed job never leaves a file that looks finished), checksums.
 
 Every artifact is written to a temporary name in the destination folder and renamed into place
 only once complete (rename is atomic within one filesystem).
@@ -6,6 +6,7 @@ only once complete (rename is atomic within one filesystem).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -46,3 +47,11 @@ def write_text(dest: str | os.PathLike, text: str) -> None:
 
 def write_json(dest: str | os.PathLike, obj: Any) -> None:
     write_text(dest, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

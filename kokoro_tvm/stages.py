@@ -4,8 +4,6 @@ Each workflow script is a command line over exactly one of these; Snakemake deci
 """
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import time
 from importlib.metadata import version
@@ -14,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from kokoro_tvm.atomic import atomic_path, write_json
+from kokoro_tvm.atomic import atomic_path, sha256_file, write_json
 from kokoro_tvm.errors import UserError
 
 PathLike = str | Path
@@ -22,14 +20,6 @@ PathLike = str | Path
 
 class ImportFailed(UserError):
     """An exported program TVM cannot import (an unsupported op, say); names the artifact."""
-
-
-def sha256_file(path: PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _kmodel(checkpoint: PathLike, model_config: PathLike):

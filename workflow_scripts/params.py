@@ -5,12 +5,12 @@ import sys
 
 from kokoro_tvm import stages
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.script_args import add_model_arguments
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--checkpoint", required=True, help="results/assets/kokoro-82m.pth")
-    parser.add_argument("--model-config", required=True, help="results/assets/config.json")
+    add_model_arguments(parser)
     parser.add_argument("--component", required=True)
     parser.add_argument("--out", required=True, help="results/params/{component}.npz")
     args = parser.parse_args()

@@ -5,7 +5,6 @@ a provenance record saying where every number came from.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import torch
 
 from kokoro_tvm.assets.model_config import kokoro_config
 from kokoro_tvm.errors import UserError
-from kokoro_tvm.atomic import atomic_path, write_json
+from kokoro_tvm.atomic import atomic_path, sha256_file, write_json
 from kokoro_tvm.model import build_kmodel, checkpoint_of
 
 HF_WEIGHTS_FILE = "kokoro-v1_0.pth"
@@ -38,21 +37,13 @@ def hf_download(repo: str, filename: str) -> str:
             "npm or path") from None
 
 
-def sha256_of(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def from_int8_onnx(settings: dict[str, Any], onnx_path: str | Path):
     from kokoro_tvm.assets.int8_onnx import state_dict_from_onnx
 
     config = kokoro_config()
     checkpoint, provenance = state_dict_from_onnx(onnx_path, config)
     return config, checkpoint, {"source": "int8-onnx", "onnx": str(onnx_path),
-                                "onnx_sha256": sha256_of(onnx_path), **provenance}
+                                "onnx_sha256": sha256_file(onnx_path), **provenance}
 
 
 def from_hf(settings: dict[str, Any], _onnx_path=None):
@@ -60,14 +51,14 @@ def from_hf(settings: dict[str, Any], _onnx_path=None):
     config = json.loads(Path(hf_download(repo, "config.json")).read_text(encoding="utf-8"))
     weights = hf_download(repo, HF_WEIGHTS_FILE)
     checkpoint = checkpoint_of(build_kmodel(config, weights))
-    return config, checkpoint, {"source": "hf", "repo": repo, "source_sha256": sha256_of(weights)}
+    return config, checkpoint, {"source": "hf", "repo": repo, "source_sha256": sha256_file(weights)}
 
 
 def from_path(settings: dict[str, Any], _onnx_path=None):
     config = json.loads(Path(settings["model_config"]).read_text(encoding="utf-8"))
     checkpoint = checkpoint_of(build_kmodel(config, settings["checkpoint"]))
     return config, checkpoint, {"source": "path", "checkpoint": settings["checkpoint"],
-                                "source_sha256": sha256_of(settings["checkpoint"])}
+                                "source_sha256": sha256_file(settings["checkpoint"])}
 
 
 def from_random(settings: dict[str, Any], _onnx_path=None):
@@ -91,6 +82,6 @@ def write_weights(settings: dict[str, Any], out_checkpoint: str | Path, out_conf
     with atomic_path(out_checkpoint) as tmp:
         torch.save(checkpoint, tmp)
     write_json(out_config, config)
-    provenance["checkpoint_sha256"] = sha256_of(out_checkpoint)
+    provenance["checkpoint_sha256"] = sha256_file(out_checkpoint)
     write_json(out_provenance, provenance)
     return provenance
