@@ -40,3 +40,8 @@ def test_blend_weights_are_normalised(tiny_assets):
         parse_blend("a:x")
     with pytest.raises(VoiceError, match="unknown voice 'zz_none'"):
         load_voice("zz_none", tiny_assets)
+
+
+def test_japanese_g2p_offline():
+    phonemes = g2p.phonemizer("ja")("こんにちは、世界。")
+    assert phonemes.startswith("koɲɲiʨiβa") and "sekai" in phonemes, phonemes
