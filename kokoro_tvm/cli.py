@@ -8,26 +8,35 @@ import time
 from kokoro_tvm import g2p
 from kokoro_tvm.errors import UserError
 
-ENGINES = ("torch",)
+ENGINES = ("tvm", "torch")
 
 
-def _engine(name: str, root: str):
-    from kokoro_tvm.reference import TorchEngine
+def _engine(args: argparse.Namespace):
+    if args.engine == "torch":
+        from kokoro_tvm.reference import TorchEngine
 
-    return TorchEngine(root)
+        return TorchEngine(args.root)
+    from kokoro_tvm.runtime import TvmEngine
+
+    return TvmEngine(args.root, target=args.target, lstm=args.lstm)
 
 
 def say(args: argparse.Namespace) -> int:
     from kokoro_tvm.speech import SAMPLE_RATE, speak, write_wav
 
     started = time.perf_counter()
-    engine = _engine(args.engine, args.root)
+    engine = _engine(args)
+    loaded = time.perf_counter()
     audio = speak(engine, args.text, args.voice, lang=args.lang, speed=args.speed, seed=args.seed,
                   root=args.root)
     write_wav(args.output, audio)
-    seconds = len(audio) / SAMPLE_RATE
-    print(f"{args.output}: {seconds:.2f} s of audio in {time.perf_counter() - started:.2f} s "
-          f"({args.engine})", file=sys.stderr)
+    seconds, spent = len(audio) / SAMPLE_RATE, time.perf_counter() - loaded
+    print(f"{args.output}: {seconds:.2f} s of audio in {spent:.2f} s (real-time factor "
+          f"{spent / seconds:.3f}, {args.engine})", file=sys.stderr)
+    if args.verbose:
+        print(f"  load {loaded - started:.2f} s", file=sys.stderr)
+        for stage, stage_seconds in getattr(engine, "timings", {}).items():
+            print(f"  {stage} {stage_seconds:.2f} s", file=sys.stderr)
     return 0
 
 
@@ -42,7 +51,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lang", default="en-us", choices=g2p.LANGUAGES)
     p.add_argument("--speed", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0, help="seeds SineGen's noise (repeatable audio)")
-    p.add_argument("--engine", default="torch", choices=ENGINES)
+    p.add_argument("--engine", default="tvm", choices=ENGINES,
+                   help="tvm: the compiled libraries (default); torch: the PyTorch reference")
+    p.add_argument("--target", default="llvm", help="which target's libraries (tvm engine)")
+    p.add_argument("--lstm", default=None,
+                   help="LSTM lowering to use when several are built (tvm engine)")
+    p.add_argument("--verbose", action="store_true", help="print per-stage times")
     p.add_argument("--root", default=".", help="folder holding results/ (the built assets)")
     p.set_defaults(run=say)
     return top

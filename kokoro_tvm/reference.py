@@ -33,3 +33,15 @@ class TorchEngine:
         with torch.inference_mode():
             audio, durations = self.kmodel.forward_with_tokens(input_ids, style, speed)
         return audio.numpy().astype(np.float32), durations.numpy()
+
+
+def kokoro_noise(seed: int, frames: int) -> tuple[np.ndarray, np.ndarray]:
+    """The random draws KModel's SineGen makes after ``torch.manual_seed(seed)``, in its order:
+    initial phases, then the Gaussian noise, which ``randn_like`` draws into a transposed view
+    of [1, harmonics, samples] memory (torch draws different values into strided memory).
+    Lets the TVM runtime reproduce this engine."""
+    harmonics, samples = 9, 600 * frames
+    torch.manual_seed(seed)
+    phase = torch.rand(1, harmonics)
+    sine = torch.empty(1, harmonics, samples).transpose(1, 2).normal_()
+    return phase.numpy(), sine.contiguous().numpy()

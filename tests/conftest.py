@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,4 +43,28 @@ def real_assets(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("real")
     run_snakemake(workdir, "results/assets/kokoro-82m.pth", "results/assets/voices/af_heart.npy",
                   "results/assets/voices/am_adam.npy", configfiles=())
+    return workdir
+
+
+WORKFLOW_PARTS = ("Snakefile", "config.yaml", "rules", "workflow_scripts", "envs", "kokoro_tvm")
+
+
+@pytest.fixture(scope="session")
+def workflow(tmp_path_factory) -> Path:
+    """A copy of the workflow whose code files tests may edit without touching the repository."""
+    copy = tmp_path_factory.mktemp("workflow")
+    for part in WORKFLOW_PARTS:
+        source = REPO / part
+        if source.is_dir():
+            shutil.copytree(source, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, copy / part)
+    return copy
+
+
+@pytest.fixture(scope="session")
+def built(workflow, tmp_path_factory) -> Path:
+    """A finished `snakemake all` on the tiny config."""
+    workdir = tmp_path_factory.mktemp("built")
+    run_snakemake(workdir, "all", snakefile=workflow / "Snakefile")
     return workdir

@@ -1,0 +1,194 @@
+"""Speaking with the compiled libraries: Kokoro's forward pass, bucketed, with no PyTorch.
+
+For one chunk of T tokens the engine picks, per component, the smallest bucket that fits, pads
+with zeros and masks, runs bert -> duration -> (host: durations, alignment) -> text_encoder ->
+f0n -> decoder, and trims the audio to 600 samples per valid frame. Libraries come from the
+target's manifest, and each library and params file must still have the sha256 recorded there.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from kokoro_tvm import paths
+from kokoro_tvm.atomic import sha256_file
+from kokoro_tvm.errors import UserError
+from kokoro_tvm.library import Library, Weights
+
+SAMPLES_PER_FRAME = 600
+HARMONICS = 9  # Kokoro's generator: the fundamental and 8 overtones
+# Preferred LSTM lowering when a manifest has several; the first one present wins.
+LSTM_PREFERENCE = ("tir", "tir_parallel", "relax_loop", "unroll")
+
+
+class RuntimeLibraryError(UserError):
+    """A library the runtime needs is missing or does not match its manifest."""
+
+
+@dataclass
+class Buckets:
+    """One component's libraries by bucket, loaded on first use."""
+
+    component: str
+    entries: dict[int, dict[str, Any]]
+    root: Path
+    weights: Weights
+    target: str
+    loaded: dict[int, Library] = field(default_factory=dict)
+
+    def fit(self, size: int) -> int:
+        fitting = [b for b in self.entries if b >= size]
+        if not fitting:
+            largest = max(self.entries)
+            lstm = next(iter(self.entries.values()))["lstm"]
+            wanted = 1 << (size - 1).bit_length()
+            raise RuntimeLibraryError(
+                f"{self.component} needs a bucket of at least {size} (largest built: {largest}); "
+                f"add {wanted} to buckets.{self.component} in config.yaml and run: snakemake "
+                f"--cores 2 {paths.LIBRARY.format(target=self.target, component=self.component, lstm=lstm, bucket=wanted)}")
+        return min(fitting)
+
+    def library(self, bucket: int) -> Library:
+        if bucket not in self.loaded:
+            self.loaded[bucket] = Library(self.root / self.entries[bucket]["library"], self.weights)
+        return self.loaded[bucket]
+
+    def run(self, size: int, function: str, inputs: dict[str, np.ndarray]) -> tuple[int, list]:
+        bucket = self.fit(size)
+        return bucket, self.library(bucket)(function, inputs)
+
+
+def _check(path: Path, expected: str, what: str) -> None:
+    if not path.is_file():
+        raise RuntimeLibraryError(f"{path} ({what}) is listed in the manifest but missing: "
+                                  f"rebuild it with: snakemake --cores 2 {path}")
+    if sha256_file(path) != expected:
+        raise RuntimeLibraryError(f"{path} ({what}) does not match the manifest's sha256: it "
+                                  f"changed after the build; rebuild with: snakemake --cores 2 "
+                                  f"--forcerun build {path}")
+
+
+def load_components(root: Path, target: str, lstm: str | None) -> dict[str, Buckets]:
+    manifest_path = paths.artifact(paths.MANIFEST, root, target=target)
+    if not manifest_path.is_file():
+        raise RuntimeLibraryError(f"no manifest for target {target} at {manifest_path}: build the "
+                                  f"libraries with: snakemake --cores 2 {paths.MANIFEST.format(target=target)}")
+    entries = json.loads(manifest_path.read_text())["libraries"]
+    by_component: dict[str, dict[str, dict[int, dict]]] = {}
+    for entry in entries:
+        by_component.setdefault(entry["component"], {}).setdefault(entry["lstm"], {})[
+            entry["bucket"]] = entry
+    components = {}
+    for component, methods in by_component.items():
+        choice = lstm if lstm in methods else next(
+            (m for m in (*LSTM_PREFERENCE, "none") if m in methods), sorted(methods)[0])
+        chosen = methods[choice]
+        params = paths.artifact(paths.PARAMS, root, component=component)
+        _check(params, next(iter(chosen.values()))["params_sha256"], f"{component} weights")
+        for entry in chosen.values():
+            _check(root / entry["library"], entry["library_sha256"], f"{component} library")
+        components[component] = Buckets(component, chosen, root, Weights(params), target)
+    missing = {"bert", "duration", "text_encoder", "f0n", "decoder"} - set(components)
+    if missing:
+        raise RuntimeLibraryError(f"the {target} manifest has no {', '.join(sorted(missing))} "
+                                  "libraries: run snakemake --cores 2 all")
+    return components
+
+
+def _padded(values: np.ndarray, size: int, axis: int = -1) -> np.ndarray:
+    """``values`` zero-padded along ``axis`` to ``size``."""
+    pad = [(0, 0)] * values.ndim
+    pad[axis] = (0, size - values.shape[axis])
+    return np.pad(values, pad)
+
+
+Noise = Callable[[int, int], tuple[np.ndarray, np.ndarray]]
+
+
+def numpy_noise(seed: int, frames: int) -> tuple[np.ndarray, np.ndarray]:
+    """SineGen's random draws for ``frames`` frames: initial phases U[0,1) [1, harmonics] and
+    Gaussian noise [1, samples, harmonics]."""
+    rng = np.random.default_rng(seed)
+    return (rng.random((1, HARMONICS), dtype=np.float32),
+            rng.standard_normal((1, SAMPLES_PER_FRAME * frames, HARMONICS), dtype=np.float32))
+
+
+class TvmEngine:
+    """Kokoro from the compiled libraries of one target; see the module docstring.
+
+    ``noise`` draws SineGen's randomness for the valid frames (padding gets zeros); the default
+    needs only numpy, ``reference.kokoro_noise`` reproduces PyTorch's draws for comparisons.
+    """
+
+    def __init__(self, root: str | Path = ".", *, target: str = "llvm", lstm: str | None = None,
+                 noise: Noise = numpy_noise):
+        self.root = Path(root)
+        self.components = load_components(self.root, target, lstm)
+        self.noise = noise
+        self.timings: dict[str, float] = {}
+
+    def _timed(self, stage: str, started: float) -> None:
+        self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - started
+
+    def synthesize(self, ids: list[int], ref_s: np.ndarray, speed: float, seed: int) -> np.ndarray:
+        return self.synthesize_with_durations(ids, ref_s, speed, seed)[0]
+
+    def synthesize_with_durations(self, ids: list[int], ref_s: np.ndarray, speed: float,
+                                  seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """Audio and the integer frame count of every token (pads included), as TorchEngine."""
+        c = self.components
+        ref_s = np.asarray(ref_s, dtype=np.float32).reshape(1, -1)
+        style_decoder, style_prosody = ref_s[:, :128], ref_s[:, 128:]
+        tokens = np.array([[0, *ids, 0]], dtype=np.int64)
+        n = tokens.shape[1]
+
+        def text_inputs(bucket: int) -> dict[str, np.ndarray]:
+            mask = np.arange(bucket)[None, :] >= n  # True on padding, as in KModel
+            return {"input_ids": _padded(tokens, bucket), "text_mask": mask,
+                    "attention_mask": (~mask).astype(np.int64),
+                    "lengths": np.array([n], dtype=np.int64)}
+
+        started = time.perf_counter()
+        bucket = c["bert"].fit(n)
+        _, (d_en,) = c["bert"].run(n, "main", text_inputs(bucket))
+        bucket = c["duration"].fit(n)
+        _, (d, durations) = c["duration"].run(n, "main", {
+            **text_inputs(bucket), "d_en": _padded(d_en[:, :, :n], bucket), "s": style_prosody})
+        bucket = c["text_encoder"].fit(n)
+        _, (t_en,) = c["text_encoder"].run(n, "main", text_inputs(bucket))
+        self._timed("text", started)
+
+        started = time.perf_counter()
+        frames = np.maximum(np.round(durations[0, :n] / speed), 1).astype(np.int64)
+        index = np.repeat(np.arange(n), frames)  # the alignment, as a gather
+        total = len(index)
+        en = d[0, :n].T[None, :, index]
+        asr = t_en[:, :, :n][:, :, index]
+        self._timed("align", started)
+
+        started = time.perf_counter()
+        bucket = c["f0n"].fit(total)
+        frame_lengths = np.array([total], dtype=np.int64)
+        _, (f0, noise_n) = c["f0n"].run(total, "main", {
+            "en": _padded(en, bucket), "s": style_prosody, "lengths": frame_lengths,
+            "frame_lengths": frame_lengths})
+        self._timed("f0n", started)
+
+        started = time.perf_counter()
+        bucket = c["decoder"].fit(total)
+        phase_noise, sine_noise = self.noise(seed, total)
+        f0 = _padded(f0[:, :2 * total], 2 * bucket)
+        noise_n = _padded(noise_n[:, :2 * total], 2 * bucket)
+        common = {"f0": f0, "lengths": frame_lengths, "frame_lengths": frame_lengths}
+        _, (har,) = c["decoder"].run(total, "source", {
+            **common, "phase_noise": phase_noise,
+            "sine_noise": _padded(sine_noise, SAMPLES_PER_FRAME * bucket, axis=1)})
+        _, (audio,) = c["decoder"].run(total, "body", {
+            **common, "asr": _padded(asr, bucket), "n": noise_n, "s": style_decoder, "har": har})
+        self._timed("decoder", started)
+        return audio[0, :SAMPLES_PER_FRAME * total].astype(np.float32), frames

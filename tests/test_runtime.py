@@ -1,0 +1,50 @@
+"""The TVM runtime on the tiny build: same durations and audio as PyTorch, helpful errors."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from kokoro_tvm.reference import TorchEngine, kokoro_noise
+from kokoro_tvm.runtime import RuntimeLibraryError, TvmEngine
+from kokoro_tvm.validate import snr_db
+
+IDS = [50, 83, 54, 156, 57, 43, 44, 45, 46, 47, 48, 50, 51, 52]  # 16 tokens with the pads
+# Random tiny weights predict ~25 frames a token; this speed brings 16 tokens into 16 frames.
+SPEED = 40.0
+
+
+def test_exact_fit_matches_pytorch(built):
+    """Durations identical; audio at >= 60 dB SNR against KModel given the same noise draws."""
+    voice = np.load(built / "results/assets/voices/af_heart.npy")[len(IDS) - 1]
+    tvm_audio, tvm_frames = TvmEngine(built, noise=kokoro_noise).synthesize_with_durations(
+        IDS, voice, SPEED, 3)
+    torch_audio, torch_frames = TorchEngine(built, disable_complex=True).synthesize_with_durations(
+        IDS, voice, SPEED, 3)
+    np.testing.assert_array_equal(tvm_frames, torch_frames)
+    assert tvm_audio.shape == torch_audio.shape == (600 * tvm_frames.sum(),)
+    assert snr_db(tvm_audio, torch_audio) >= 60
+
+
+def test_missing_bucket_names_the_snakemake_target(built):
+    engine = TvmEngine(built)
+    voice = np.load(built / "results/assets/voices/af_heart.npy")[len(IDS) - 1]
+    with pytest.raises(RuntimeLibraryError, match=r"snakemake --cores 2 results/lib/llvm/f0n/"):
+        engine.synthesize(IDS, voice, 1.0, 0)
+
+
+def test_changed_library_is_refused(built, tmp_path):
+    copy = tmp_path / "root"
+    shutil.copytree(built / "results", copy / "results")
+    manifest = json.loads((copy / "results/manifest/llvm.json").read_text())
+    library = copy / manifest["libraries"][0]["library"]
+    library.write_bytes(library.read_bytes() + b"\0")
+    with pytest.raises(RuntimeLibraryError, match="does not match the manifest"):
+        TvmEngine(copy)
+
+
+def test_missing_manifest_says_how_to_build(tmp_path):
+    with pytest.raises(RuntimeLibraryError, match="snakemake --cores 2 results/manifest/llvm.json"):
+        TvmEngine(tmp_path)
