@@ -106,3 +106,15 @@ def split_phonemes(phonemes: str, limit: int = MAX_TOKENS) -> list[str]:
         return [p for p in pieces if p.strip()]
 
     return split(phonemes.strip(), 0)
+
+
+def halve_phonemes(phonemes: str) -> list[str]:
+    """Two pieces cut at the boundary nearest the middle (sentence end, else clause, else word);
+    a single word stays whole."""
+    for pattern in _BREAKS:
+        cuts = [m.start() for m in re.finditer(pattern, phonemes.strip())]
+        if cuts:
+            text = phonemes.strip()
+            cut = min(cuts, key=lambda c: abs(c - len(text) / 2))
+            return [text[:cut].strip(), text[cut:].strip()]
+    return [phonemes.strip()]

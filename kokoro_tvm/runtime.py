@@ -19,6 +19,7 @@ from kokoro_tvm import paths
 from kokoro_tvm.atomic import sha256_file
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.library import Library, Weights
+from kokoro_tvm.speech import ChunkTooLong
 
 SAMPLES_PER_FRAME = 600
 HARMONICS = 9  # Kokoro's generator: the fundamental and 8 overtones
@@ -28,6 +29,10 @@ LSTM_PREFERENCE = ("tir", "tir_parallel", "relax_loop", "unroll")
 
 class RuntimeLibraryError(UserError):
     """A library the runtime needs is missing or does not match its manifest."""
+
+
+class BucketMissing(ChunkTooLong, RuntimeLibraryError):
+    """No bucket fits: the speaker splits the chunk, and reports this if it cannot."""
 
 
 @dataclass
@@ -47,7 +52,7 @@ class Buckets:
             largest = max(self.entries)
             lstm = next(iter(self.entries.values()))["lstm"]
             wanted = 1 << (size - 1).bit_length()
-            raise RuntimeLibraryError(
+            raise BucketMissing(
                 f"{self.component} needs a bucket of at least {size} (largest built: {largest}); "
                 f"add {wanted} to buckets.{self.component} in config.yaml and run: snakemake "
                 f"--cores 2 {paths.LIBRARY.format(target=self.target, component=self.component, lstm=lstm, bucket=wanted)}")

@@ -33,23 +33,56 @@ def load_vocab(root: str | Path = ".") -> dict[str, int]:
     return config["vocab"]
 
 
-def chunk_ids(text: str, lang: str, vocab: dict[str, int]) -> list[list[int]]:
-    """Token ids per chunk of at most g2p.MAX_TOKENS, cut at sentence and clause boundaries."""
+def phoneme_chunks(text: str, lang: str, vocab: dict[str, int]) -> list[str]:
+    """Phoneme pieces of at most g2p.MAX_TOKENS tokens, cut at sentence and clause boundaries."""
     if not text.strip():
         raise SpeechError("the text is empty: give some words to speak")
     phonemes = g2p.phonemizer(lang)(text)
-    chunks = [ids for piece in g2p.split_phonemes(phonemes) if (ids := g2p.token_ids(piece, vocab))]
-    if not chunks:
+    pieces = [piece for piece in g2p.split_phonemes(phonemes) if g2p.token_ids(piece, vocab)]
+    if not pieces:
         raise SpeechError(f"nothing speakable in {text[:40]!r}: the {lang} G2P gave no phonemes")
-    return chunks
+    return pieces
+
+
+class ChunkTooLong(UserError):
+    """An engine cannot take this chunk whole (no bucket large enough); the speaker splits it."""
+
+
+FADE_SECONDS = 0.005  # raised-cosine ramps at chunk edges: joins without clicks
+
+
+def _faded(audio: np.ndarray) -> np.ndarray:
+    ramp = min(int(FADE_SECONDS * SAMPLE_RATE), len(audio) // 2)
+    if ramp == 0:
+        return audio
+    window = 0.5 - 0.5 * np.cos(np.linspace(0, np.pi, ramp, dtype=np.float32))
+    audio = audio.copy()
+    audio[:ramp] *= window
+    audio[-ramp:] *= window[::-1]
+    return audio
+
+
+def _synthesize_piece(engine: Engine, piece: str, table: np.ndarray, vocab: dict[str, int],
+                      speed: float, seed: int) -> Iterator[np.ndarray]:
+    """One phoneme piece's audio; pieces an engine cannot take whole are halved at a boundary."""
+    ids = g2p.token_ids(piece, vocab)
+    try:
+        yield engine.synthesize(ids, style_for(table, len(ids)), speed, seed)
+    except ChunkTooLong:
+        halves = g2p.halve_phonemes(piece)
+        if len(halves) < 2:
+            raise  # a single word that still does not fit: the error says which bucket to add
+        for half in halves:
+            yield from _synthesize_piece(engine, half, table, vocab, speed, seed)
 
 
 def speak_chunks(engine: Engine, text: str, voice: str, *, lang: str = "en-us", speed: float = 1.0,
                  seed: int = 0, root: str | Path = ".") -> Iterator[np.ndarray]:
-    """Audio per chunk, as each finishes."""
-    table = load_voice(voice, root)
-    for i, ids in enumerate(chunk_ids(text, lang, load_vocab(root))):
-        yield engine.synthesize(ids, style_for(table, len(ids)), speed, seed + i)
+    """Audio per chunk as each finishes, edges faded so that chunks join without clicks."""
+    table, vocab = load_voice(voice, root), load_vocab(root)
+    for i, piece in enumerate(phoneme_chunks(text, lang, vocab)):
+        for audio in _synthesize_piece(engine, piece, table, vocab, speed, seed + i):
+            yield _faded(audio)
 
 
 def speak(engine: Engine, text: str, voice: str, **options) -> np.ndarray:

@@ -45,3 +45,10 @@ def test_blend_weights_are_normalised(tiny_assets):
 def test_japanese_g2p_offline():
     phonemes = g2p.phonemizer("ja")("こんにちは、世界。")
     assert phonemes.startswith("koɲɲiʨiβa") and "sekai" in phonemes, phonemes
+
+
+def test_halving_prefers_sentences_then_clauses_and_keeps_words_whole():
+    assert g2p.halve_phonemes("ɐ bˈi. sˈi dˈi, ˈi ɛf.") == ["ɐ bˈi.", "sˈi dˈi, ˈi ɛf."]
+    assert g2p.halve_phonemes("wˈʌn tˈu, θɹˈi fˈɔɹ") == ["wˈʌn tˈu,", "θɹˈi fˈɔɹ"]
+    assert g2p.halve_phonemes("ɐ vˈɛɹi lˈɔŋ") == ["ɐ vˈɛɹi", "lˈɔŋ"]
+    assert g2p.halve_phonemes("sˈɪŋɡəl") == ["sˈɪŋɡəl"]

@@ -1,0 +1,48 @@
+"""Chunking long text for an engine: splits where a chunk does not fit, joins without clicks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kokoro_tvm.speech import ChunkTooLong, speak, speak_chunks
+
+TEXT = ("The first sentence is here, and it has a clause. The second one follows it closely. "
+        "A third sentence ends the paragraph, after a long and winding clause or two.")
+
+
+class LimitedEngine:
+    """Speaks 600 samples of a constant per token, refusing chunks over ``limit`` tokens."""
+
+    def __init__(self, limit: int):
+        self.limit, self.calls = limit, []
+
+    def synthesize(self, ids, ref_s, speed, seed):
+        if len(ids) > self.limit:
+            raise ChunkTooLong(f"{len(ids)} tokens > {self.limit}")
+        self.calls.append(len(ids))
+        return np.full(600 * len(ids), 0.5, dtype=np.float32)
+
+
+def test_chunks_that_do_not_fit_are_split_and_nothing_is_lost(tiny_assets):
+    whole = LimitedEngine(10_000)
+    reference = speak(whole, TEXT, "af_heart", root=tiny_assets)
+    small = LimitedEngine(40)
+    audio = speak(small, TEXT, "af_heart", root=tiny_assets)
+    assert max(small.calls) <= 40 and len(small.calls) > len(whole.calls)
+    # Splitting drops only the spaces between pieces, never a phoneme.
+    assert sum(small.calls) >= sum(whole.calls) - len(small.calls)
+    assert len(audio) == 600 * sum(small.calls)
+    assert len(reference) == 600 * sum(whole.calls)
+
+
+def test_a_word_that_never_fits_reports_the_engine_error(tiny_assets):
+    with pytest.raises(ChunkTooLong, match="tokens > 2"):
+        speak(LimitedEngine(2), TEXT, "af_heart", root=tiny_assets)
+
+
+def test_chunk_edges_are_faded(tiny_assets):
+    chunks = list(speak_chunks(LimitedEngine(40), TEXT, "af_heart", root=tiny_assets))
+    joined = np.concatenate(chunks)
+    assert len(chunks) > 2
+    assert all(abs(c[0]) < 1e-6 and abs(c[-1]) < 1e-6 for c in chunks)
+    assert np.max(np.abs(np.diff(joined))) < 0.01  # no step at any join
