@@ -13,6 +13,12 @@ audio samples; TVM legalizes a constant-bounded ``arange`` into a numpy table an
 as the audio in the library (365 KB at F=16 on the tiny model, i.e. about 57 MB at F=2500). So
 ``arange`` is legalized to a kernel and ``FoldConstant`` is skipped. Computing the indices at
 run time costs nothing measurable (decoder body F=16: 6.1 s either way; convolutions dominate).
+
+Schedules: TVM 0.27 applies none on CPU (every conv and matmul a naive loop). Our own
+(``kokoro_tvm.compile.schedules``) come in twice: their legalizations of conv1d,
+conv_transpose1d and matmul replace TVM's inside LegalizeOps, and their rules schedule every
+PrimFunc right after FuseTIR, before the dataflow is lowered. ``schedule=False`` gives TVM's
+plain pipeline (the reference the schedule tests compare against).
 """
 from __future__ import annotations
 
@@ -21,21 +27,33 @@ import importlib
 import tvm
 from tvm import relax, topi
 
+from kokoro_tvm.compile import schedules
+
 SKIPPED_PASSES = ("FoldConstant",)
 # Where each target kind's pass lists live. ``relax.pipeline.dataflow_lower_passes`` cannot be
 # used for llvm in TVM 0.27: the cpu_generic package does not re-export that list.
 BACKENDS = {"llvm": "tvm.relax.backend.cpu_generic.pipeline"}
 
 
-def passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
-    """The target's default Relax passes in order, without ``SKIPPED_PASSES``."""
+def passes(target: tvm.target.Target, schedule: bool = True) -> list[tvm.transform.Pass]:
+    """The target's default Relax passes in order, without ``SKIPPED_PASSES``; with
+    ``schedule``, our legalizations in LegalizeOps and our schedules after FuseTIR."""
     if target.kind.name not in BACKENDS:
         raise ValueError(f"no Relax pipeline known for target kind {target.kind.name}")
     backend = importlib.import_module(BACKENDS[target.kind.name])
     every = (backend.library_dispatch_passes(target) + backend.legalize_passes(target)
              + backend.dataflow_lower_passes(target) + backend.finalize_passes(target))
-    return [_LEGALIZE if p.info.name == "LegalizeOps" else p
-            for p in every if p.info.name not in SKIPPED_PASSES]
+    chosen = []
+    for p in every:
+        if p.info.name in SKIPPED_PASSES:
+            continue
+        if p.info.name == "LegalizeOps":
+            chosen.append(_legalize(schedule))
+            continue
+        chosen.append(p)
+        if p.info.name == "FuseTIR" and schedule:
+            chosen.append(schedules.apply_schedules())
+    return chosen
 
 
 def _arange_kernel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
@@ -44,11 +62,15 @@ def _arange_kernel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     return bb.call_te(topi.arange, start, end, step, call.attrs.dtype)
 
 
-_LEGALIZE = relax.transform.LegalizeOps(customize_legalize_map={"relax.arange": _arange_kernel})
+def _legalize(schedule: bool) -> tvm.transform.Pass:
+    custom = {"relax.arange": _arange_kernel}
+    if schedule:
+        custom.update(schedules.LEGALIZATIONS)
+    return relax.transform.LegalizeOps(customize_legalize_map=custom)
 
 
-def lower(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    """``mod`` through the target's Relax pipeline (legalize, fuse, memory planning, VM
-    lowering): everything ``relax.build`` does before VM codegen and TIR compilation."""
+def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: bool = True) -> tvm.IRModule:
+    """``mod`` through the target's Relax pipeline (legalize, fuse, schedule, memory planning,
+    VM lowering): everything ``relax.build`` does before VM codegen and TIR compilation."""
     with target:
-        return tvm.transform.Sequential(passes(target))(mod)
+        return tvm.transform.Sequential(passes(target, schedule))(mod)
