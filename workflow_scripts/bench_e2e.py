@@ -1,0 +1,30 @@
+#!/usr/bin/env python3
+"""Real-time factor, first-audio latency and peak memory: TVM runtime vs PyTorch vs onnxruntime."""
+import argparse
+import json
+import sys
+
+from kokoro_tvm import bench_e2e
+from kokoro_tvm.atomic import write_json
+from kokoro_tvm.errors import run_script
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--root", default=".", help="folder holding results/")
+    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--voice", default="af_heart")
+    parser.add_argument("--engines", default=",".join(bench_e2e.ENGINES))
+    parser.add_argument("--out-json", required=True)
+    parser.add_argument("--out-plot", required=True)
+    args = parser.parse_args()
+    figures = bench_e2e.benchmark(args.root, args.target, args.threads, args.voice,
+                                  args.engines.split(","))
+    write_json(args.out_json, figures)
+    bench_e2e.plot(figures, args.out_plot)
+    print(json.dumps(figures, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(run_script(main))
