@@ -84,6 +84,13 @@ def load_components(root: Path, target: str, lstm: str | None) -> dict[str, Buck
         raise RuntimeLibraryError(f"no manifest for target {target} at {manifest_path}: build the "
                                   f"libraries with: snakemake --cores 2 {paths.MANIFEST.format(target=target)}")
     entries = json.loads(manifest_path.read_text())["libraries"]
+    unvalidated = [e["library"] for e in entries if e.get("passed") is not True]
+    if unvalidated:
+        raise RuntimeLibraryError(
+            f"{len(unvalidated)} libraries of target {target} are not validated (e.g. "
+            f"{unvalidated[0]}: built here for another device or architecture, its validation "
+            "was skipped); validate them on that device: snakemake --cores 2 --forcerun validate "
+            f"{paths.MANIFEST.format(target=target)}")
     by_component: dict[str, dict[str, dict[int, dict]]] = {}
     for entry in entries:
         by_component.setdefault(entry["component"], {}).setdefault(entry["lstm"], {})[
@@ -155,8 +162,7 @@ class TvmEngine:
         def text_inputs(bucket: int) -> dict[str, np.ndarray]:
             mask = np.arange(bucket)[None, :] >= n  # True on padding, as in KModel
             return {"input_ids": _padded(tokens, bucket), "text_mask": mask,
-                    "attention_mask": (~mask).astype(np.int64),
-                    "lengths": np.array([n], dtype=np.int64)}
+                    "attention_mask": (~mask).astype(np.int64)}
 
         started = time.perf_counter()
         bucket = c["bert"].fit(n)
@@ -178,10 +184,9 @@ class TvmEngine:
 
         started = time.perf_counter()
         bucket = c["f0n"].fit(total)
-        frame_lengths = np.array([total], dtype=np.int64)
         _, (f0, noise_n) = c["f0n"].run(total, "main", {
-            "en": _padded(en, bucket), "s": style_prosody, "lengths": frame_lengths,
-            "frame_lengths": frame_lengths})
+            "en": _padded(en, bucket), "s": style_prosody,
+            "frame_mask": np.arange(bucket)[None, :] >= total})  # True on padding
         self._timed("f0n", started)
 
         started = time.perf_counter()
@@ -189,7 +194,7 @@ class TvmEngine:
         phase_noise, sine_noise = self.noise(seed, total)
         f0 = _padded(f0[:, :2 * total], 2 * bucket)
         noise_n = _padded(noise_n[:, :2 * total], 2 * bucket)
-        common = {"f0": f0, "lengths": frame_lengths, "frame_lengths": frame_lengths}
+        common = {"f0": f0}
         _, (har,) = c["decoder"].run(total, "source", {
             **common, "phase_noise": phase_noise,
             "sine_noise": _padded(sine_noise, SAMPLES_PER_FRAME * bucket, axis=1)})
