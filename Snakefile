@@ -12,9 +12,16 @@ include: "rules/import.smk"
 include: "rules/lower.smk"
 include: "rules/build.smk"
 include: "rules/validate.smk"
+include: "rules/bench.smk"
 
 
 rule all:
     default_target: True
     input:
         all_targets(),
+
+
+# Benchmarks: not part of `all`; `snakemake bench_lstm` builds what they need and times it.
+rule bench_lstm:
+    input:
+        bench_lstm_targets(),

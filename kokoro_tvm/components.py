@@ -15,12 +15,14 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from kokoro_tvm.packed_lstm import run_lstm
 
 # --------------------------------------------------------------------------------------------
 # Patches of Kokoro. Each patch is a function returning the (owner, attribute, new value)
@@ -31,20 +33,46 @@ Replacement = tuple[Any, str, Any]
 _MISSING = object()
 
 
-def _pack_identity() -> list[Replacement]:
-    """pack_padded_sequence/pad_packed_sequence -> identity.
+class _Padded(NamedTuple):
+    """What the ``packed_lstm`` patch's pack_padded_sequence returns: the padded batch and its
+    lengths, for the patched nn.LSTM.forward to hand to the packed_lstm op."""
 
-    torch.export fails inside them (``zeros(): ... got FakeTensor``). Identity is exact only when
-    every sequence fills the bucket; a length-aware LSTM op replaces this later.
+    data: torch.Tensor
+    lengths: torch.Tensor
+
+
+def _packed_lstm() -> list[Replacement]:
+    """pack_padded_sequence -> LSTM -> pad_packed_sequence through the ``packed_lstm`` op.
+
+    torch.export fails inside torch's packing (``zeros(): ... got FakeTensor``). With this patch
+    packing only pairs the padded batch with its lengths, nn.LSTM.forward on such a pair calls
+    ``kokoro_tvm::packed_lstm`` (one node in the exported graph, nn.LSTM's packed semantics), and
+    unpacking returns the [B, T, 2H] result, zero beyond each length, as
+    ``pad_packed_sequence(..., total_length=T)`` would. nn.LSTM called on a plain tensor is
+    unchanged.
     """
-    def pack(x, lengths, batch_first=False, enforce_sorted=True):
-        return x
+    original_forward = nn.LSTM.forward
 
-    def unpack(x, batch_first=False, padding_value=0.0, total_length=None):
-        return x, None
+    def pack(x, lengths, batch_first=False, enforce_sorted=True):
+        if not batch_first:
+            raise NotImplementedError("packed_lstm patch: Kokoro packs batch-first sequences")
+        return _Padded(x, torch.as_tensor(lengths))
+
+    def lstm_forward(self, input, hx=None):
+        if not isinstance(input, _Padded):
+            return original_forward(self, input, hx)
+        if hx is not None:
+            raise NotImplementedError("packed_lstm patch: Kokoro's LSTMs start from zero state")
+        return _Padded(run_lstm(self, input.data, input.lengths), input.lengths), None
+
+    def unpack(sequence, batch_first=False, padding_value=0.0, total_length=None):
+        if not (isinstance(sequence, _Padded) and batch_first and padding_value == 0.0):
+            raise NotImplementedError("packed_lstm patch: unpacks its own batch-first output")
+        return sequence.data, sequence.lengths
 
     rnn = torch.nn.utils.rnn
-    return [(rnn, "pack_padded_sequence", pack), (rnn, "pad_packed_sequence", unpack)]
+    return [(rnn, "pack_padded_sequence", pack), (rnn, "pad_packed_sequence", unpack),
+            (nn.LSTM, "forward", lstm_forward)]
 
 
 def _sinegen_noise_inputs() -> list[Replacement]:
@@ -110,7 +138,7 @@ def _stft_phase_where() -> list[Replacement]:
 
 
 PATCHES: dict[str, Callable[[], list[Replacement]]] = {
-    "pack_identity": _pack_identity,
+    "packed_lstm": _packed_lstm,
     "sinegen_noise_inputs": _sinegen_noise_inputs,
     "stft_phase_where": _stft_phase_where,
 }
@@ -169,7 +197,9 @@ class BertWrapper(nn.Module):
 class DurationWrapper(nn.Module):
     """Duration encoder, LSTM and projection: d [1, T, hidden+style] and durations [1, T].
 
-    Durations are Kokoro's sigmoid-sum before the speed division, which stays on the host.
+    Durations are Kokoro's sigmoid-sum before the speed division, which stays on the host. Every
+    LSTM sees only the first ``lengths`` tokens (the encoder's through the ``packed_lstm`` patch,
+    predictor.lstm, which KModel runs unpacked on unpadded input, through the op directly).
     """
 
     def __init__(self, kmodel):
@@ -180,8 +210,9 @@ class DurationWrapper(nn.Module):
 
     def forward(self, d_en, s, text_mask):
         p = self.predictor
-        d = p.text_encoder(d_en, s, _lengths(text_mask), text_mask)
-        x, _ = p.lstm(d)
+        lengths = _lengths(text_mask)
+        d = p.text_encoder(d_en, s, lengths, text_mask)
+        x = run_lstm(p.lstm, d, lengths)
         durations = torch.sigmoid(p.duration_proj(x)).sum(dim=-1)
         return d, durations
 
@@ -197,8 +228,44 @@ class TextEncoderWrapper(nn.Module):
         return self.text_encoder(input_ids, _lengths(text_mask), text_mask)
 
 
+def _masked_adain(adain, x, s, valid, count):
+    """Kokoro's AdaIN1d with InstanceNorm statistics over the valid frames only (biased
+    variance and eps as torch's instance_norm)."""
+    norm = adain.norm
+    mean = (x * valid).sum(dim=-1, keepdim=True) / count
+    var = (((x - mean) * valid) ** 2).sum(dim=-1, keepdim=True) / count
+    y = (x - mean) * torch.rsqrt(var + norm.eps)
+    if norm.affine:
+        y = y * norm.weight[:, None] + norm.bias[:, None]
+    gamma, beta = torch.chunk(adain.fc(s)[:, :, None], chunks=2, dim=1)
+    return (1 + gamma) * y + beta
+
+
+def _masked_block(block, x, s, valid):
+    """AdainResBlk1d.forward on the valid frames (``valid`` [B, 1, F] float, 1 on valid ones):
+    masked statistics, and padded frames zeroed before every convolution wider than one frame,
+    so nothing beyond the length reaches a valid output. Returns the output and its mask
+    (upsampled by 2 in upsampling blocks)."""
+    count = valid.sum(dim=-1, keepdim=True)
+    r = block.actv(_masked_adain(block.norm1, x, s, valid, count))
+    if block.upsample_type != "none":
+        r = block.pool(r * valid)
+        valid = block.upsample(valid)
+        count = 2 * count
+    r = block.conv1(block.dropout(r * valid))
+    r = block.actv(_masked_adain(block.norm2, r, s, valid, count))
+    r = block.conv2(block.dropout(r * valid))
+    out = (r + block._shortcut(x)) * torch.rsqrt(torch.tensor(2))
+    return out, valid
+
+
 class F0NWrapper(nn.Module):
-    """predictor.F0Ntrain: aligned features en [1, hidden+style, F] and style -> F0, N [1, 2F]."""
+    """predictor.F0Ntrain: aligned features en [1, hidden+style, F], style and frame mask (True
+    on padding) -> F0, N [1, 2F].
+
+    ProsodyPredictor.F0Ntrain on the first ``lengths`` frames: the shared LSTM through the
+    packed_lstm op, and each AdainResBlk1d with masked statistics (``_masked_block``).
+    """
 
     def __init__(self, kmodel):
         super().__init__()
@@ -206,67 +273,129 @@ class F0NWrapper(nn.Module):
         self.predictor = _holder(shared=p.shared, F0=p.F0, N=p.N, F0_proj=p.F0_proj,
                                  N_proj=p.N_proj)
 
-    def forward(self, en, s):
-        from kokoro.modules import ProsodyPredictor
+    def forward(self, en, s, frame_mask):
+        p = self.predictor
+        valid = (~frame_mask).to(en.dtype)[:, None, :]
+        x = run_lstm(p.shared, en.transpose(-1, -2), _lengths(frame_mask)).transpose(-1, -2)
+        outputs = []
+        for blocks, proj in ((p.F0, p.F0_proj), (p.N, p.N_proj)):
+            y, mask = x, valid
+            for block in blocks:
+                y, mask = _masked_block(block, y, s, mask)
+            outputs.append(proj(y).squeeze(1))
+        return tuple(outputs)
 
-        return ProsodyPredictor.F0Ntrain(self.predictor, en, s)
+
+def _masked_resblock1(block, x, s, valid):
+    """AdaINResBlock1.forward (the generator's Snake resblocks) on the valid positions, by the
+    same rules as ``_masked_block``: masked statistics in every AdaIN, padding zeroed before
+    every convolution."""
+    count = valid.sum(dim=-1, keepdim=True)
+    for c1, c2, n1, n2, a1, a2 in zip(block.convs1, block.convs2, block.adain1, block.adain2,
+                                      block.alpha1, block.alpha2):
+        xt = _masked_adain(n1, x, s, valid, count)
+        xt = xt + (1 / a1) * (torch.sin(a1 * xt) ** 2)  # Snake1D
+        xt = c1(xt * valid)
+        xt = _masked_adain(n2, xt, s, valid, count)
+        xt = xt + (1 / a2) * (torch.sin(a2 * xt) ** 2)
+        xt = c2(xt * valid)
+        x = xt + x
+    return x
+
+
+def _upsampled(valid: torch.Tensor, factor: int) -> torch.Tensor:
+    """A [B, 1, L] mask at ``factor`` times the resolution (nearest: L * factor positions)."""
+    return F.interpolate(valid, scale_factor=factor, mode="nearest")
 
 
 class DecoderWrapper(nn.Module):
     """The decoder split in two: ``source`` (F0 and noise -> harmonic source ``har``, the
-    ill-conditioned part) and ``body`` (everything else); ``forward`` is Kokoro's decoder.
+    ill-conditioned part) and ``body`` (everything else); ``forward`` is both.
 
-    Both halves follow Decoder.forward and Generator.forward line by line; the split point is
-    the end of Generator.forward's ``no_grad`` block.
+    Both halves follow Decoder.forward and Generator.forward line by line (the split point is
+    the end of Generator.forward's ``no_grad`` block), made padding-invariant with a frame mask
+    [B, F] (True on padding; None: all valid): the valid audio of an utterance of Fv frames in
+    a bucket of F equals Kokoro's at exactly Fv frames. The mask follows every resolution
+    change: x2 in the last decode block, x prod(upsample_rates) through ``ups``, one more
+    position from ``reflection_pad``, which makes the STFT-frame resolution of ``har``
+    (hop * prod(rates) * 2 * Fv + 1 valid frames, as at exact length). Every AdaIN takes its
+    statistics over valid positions; padded positions are zeroed before every convolution and
+    transposed convolution wider than one position, and before the iSTFT (spectrogram
+    magnitude 0), so they add nothing to valid samples. In the source, padded F0 is zeroed
+    (SineGen's phase stays flat there, so its linear upsampling at the end matches Kokoro's
+    edge clamp) and the harmonic source beyond the last valid sample repeats that sample, as
+    CustomSTFT's replicate padding does at exact length.
     """
 
     def __init__(self, kmodel):
         super().__init__()
         self.decoder = kmodel.decoder
 
-    def source(self, f0, phase_noise, sine_noise):
+    @staticmethod
+    def _valid(f0, frame_mask):
+        """The frame mask as [B, 1, F] float, 1 on valid frames."""
+        if frame_mask is None:
+            return torch.ones_like(f0[:, None, ::2])
+        return (~frame_mask).to(f0.dtype)[:, None, :]
+
+    def source(self, f0, phase_noise, sine_noise, frame_mask=None):
         gen = self.decoder.generator
+        valid = _upsampled(self._valid(f0, frame_mask), 2)  # F0 resolution
+        f0 = f0 * valid[:, 0]
         f0_samples = gen.f0_upsamp(f0[:, None]).transpose(1, 2)
         har_source, _, _ = gen.m_source(f0_samples, phase_noise, sine_noise)
-        har_spec, har_phase = gen.stft.transform(har_source.transpose(1, 2).squeeze(1))
+        har_source = har_source.transpose(1, 2)  # [B, 1, samples]
+        samples = gen.f0_upsamp(valid)
+        last = samples - F.pad(samples[..., 1:], (0, 1))  # 1 on the last valid sample
+        held = (har_source * last).sum(dim=-1, keepdim=True)
+        har_source = har_source * samples + held * (1 - samples)
+        har_spec, har_phase = gen.stft.transform(har_source.squeeze(1))
         return torch.cat([har_spec, har_phase], dim=1)
 
-    def body(self, asr, f0, n, s, har):
+    def body(self, asr, f0, n, s, har, frame_mask=None):
         dec = self.decoder
+        valid = self._valid(f0, frame_mask)
         f0_down = dec.F0_conv(f0.unsqueeze(1))
         n_down = dec.N_conv(n.unsqueeze(1))
-        x = dec.encode(torch.cat([asr, f0_down, n_down], dim=1), s)
+        x, valid_x = _masked_block(dec.encode, torch.cat([asr, f0_down, n_down], dim=1), s,
+                                   valid)
         asr_res = dec.asr_res(asr)
         res = True
         for block in dec.decode:
             if res:
                 x = torch.cat([x, asr_res, f0_down, n_down], dim=1)
-            x = block(x, s)
+            x, valid_x = _masked_block(block, x, s, valid_x)
             if block.upsample_type != "none":
                 res = False
-        return self._generator_body(x, s, har)[:, 0, :]
+        return self._generator_body(x, s, har, valid_x)[:, 0, :]
 
-    def _generator_body(self, x, s, har):
+    def _generator_body(self, x, s, har, valid):
         gen = self.decoder.generator
+        # har's resolution: the generator's output, one more position than prod(rates) * x's.
+        valid_har = gen.reflection_pad(_upsampled(valid, math.prod(u.stride[0] for u in gen.ups)))
+        har = har * valid_har
         for i in range(gen.num_upsamples):
             x = F.leaky_relu(x, negative_slope=0.1)
-            x_source = gen.noise_res[i](gen.noise_convs[i](har), s)
-            x = gen.ups[i](x)
+            x = gen.ups[i](x * valid)
+            valid = _upsampled(valid, gen.ups[i].stride[0])
             if i == gen.num_upsamples - 1:
                 x = gen.reflection_pad(x)
+                valid = gen.reflection_pad(valid)
+            x_source = _masked_resblock1(gen.noise_res[i], gen.noise_convs[i](har), s, valid)
             x = x + x_source
             xs = None
             for j in range(gen.num_kernels):
-                y = gen.resblocks[i * gen.num_kernels + j](x, s)
+                y = _masked_resblock1(gen.resblocks[i * gen.num_kernels + j], x, s, valid)
                 xs = y if xs is None else xs + y
             x = xs / gen.num_kernels
-        x = gen.conv_post(F.leaky_relu(x))
-        spec = torch.exp(x[:, :gen.post_n_fft // 2 + 1, :])
+        x = gen.conv_post(F.leaky_relu(x) * valid)
+        spec = torch.exp(x[:, :gen.post_n_fft // 2 + 1, :]) * valid
         phase = torch.sin(x[:, gen.post_n_fft // 2 + 1:, :])
         return gen.stft.inverse(spec, phase)
 
-    def forward(self, asr, f0, n, s, phase_noise, sine_noise):
-        return self.body(asr, f0, n, s, self.source(f0, phase_noise, sine_noise))
+    def forward(self, asr, f0, n, s, phase_noise, sine_noise, frame_mask=None):
+        har = self.source(f0, phase_noise, sine_noise, frame_mask)
+        return self.body(asr, f0, n, s, har, frame_mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -359,14 +488,21 @@ def text_encoder_inputs(config, T, seed) -> dict[str, torch.Tensor]:
     return {k: tokens[k] for k in ("input_ids", "text_mask")}
 
 
+def _frame_mask(F: int, g) -> torch.Tensor:
+    """[1, F], True on padding: a random number of valid frames in [F/2, F]."""
+    n = int(torch.randint(max(1, F // 2), F + 1, (1,), generator=g))
+    return torch.arange(F)[None, :] >= n
+
+
 def f0n_inputs(config, F, seed) -> dict[str, torch.Tensor]:
-    """en = [duration features; style] aligned to frames, as KModel builds it."""
+    """en = [duration features; style] aligned to frames, as KModel builds it, then padded to
+    the bucket (the padded frames hold more aligned features: they must not matter)."""
     dims, g = model_dims(config), torch.Generator().manual_seed(seed)
     s = _style(dims, g)
     tokens = max(1, F // 3)
     d = torch.cat([torch.randn(1, dims["hidden"], tokens, generator=g),
                    s[:, :, None].expand(1, dims["style"], tokens)], dim=1)
-    return {"en": _aligned(d, F, g), "s": s}
+    return {"en": _aligned(d, F, g), "s": s, "frame_mask": _frame_mask(F, g)}
 
 
 def decoder_inputs(config, F, seed) -> dict[str, torch.Tensor]:
@@ -382,7 +518,60 @@ def decoder_inputs(config, F, seed) -> dict[str, torch.Tensor]:
         "s": _style(dims, g),
         "phase_noise": torch.rand(1, dims["harmonics"], generator=g),
         "sine_noise": torch.randn(1, samples, dims["harmonics"], generator=g),
+        # Padded frames hold more features, F0 and noise: they must not matter.
+        "frame_mask": _frame_mask(F, g),
     }
+
+
+# --------------------------------------------------------------------------------------------
+# Kokoro's own code per component, as KModel.forward_with_tokens runs it on one unpadded
+# utterance (the mask all False): the reference of length-exact fidelity.
+# --------------------------------------------------------------------------------------------
+
+def _lengths_of(x: torch.Tensor) -> torch.Tensor:
+    return torch.tensor([x.shape[-1]])
+
+
+def kokoro_duration(kmodel, d_en, s, text_mask):
+    p = kmodel.predictor
+    d = p.text_encoder(d_en, s, _lengths_of(d_en), text_mask)
+    x, _ = p.lstm(d)
+    return d, torch.sigmoid(p.duration_proj(x)).sum(dim=-1)
+
+
+def kokoro_text_encoder(kmodel, input_ids, text_mask):
+    return (kmodel.text_encoder(input_ids, _lengths_of(input_ids), text_mask),)
+
+
+def kokoro_f0n(kmodel, en, s, frame_mask):
+    return kmodel.predictor.F0Ntrain(en, s)
+
+
+@contextlib.contextmanager
+def _given_draws(phase_noise: torch.Tensor, sine_noise: torch.Tensor) -> Iterator[None]:
+    """torch.rand returns ``phase_noise`` and torch.randn_like of ``sine_noise``'s shape returns
+    ``sine_noise``: SineGen's two random draws (other draws, like the unused noise branch's,
+    are unchanged), so unpatched Kokoro runs on given noise."""
+    rand, randn_like = torch.rand, torch.randn_like
+
+    def given_rand(*args, **kwargs):
+        return phase_noise.clone()  # SineGen zeroes its first column in place
+
+    def given_randn_like(x, *args, **kwargs):
+        if x.shape == sine_noise.shape:
+            return sine_noise.clone()
+        return randn_like(x, *args, **kwargs)
+
+    torch.rand, torch.randn_like = given_rand, given_randn_like
+    try:
+        yield
+    finally:
+        torch.rand, torch.randn_like = rand, randn_like
+
+
+def kokoro_decoder(kmodel, asr, f0, n, s, phase_noise, sine_noise, frame_mask):
+    with _given_draws(phase_noise, sine_noise):
+        return kmodel.decoder(asr, f0, n, s)[:, 0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -421,28 +610,58 @@ class Component:
     # and the input and relative change whose effect on PyTorch shows rounding's share.
     spectral_outputs: tuple[str, ...] = ()
     spectral_probe: tuple[str, float] = ("", 0.0)
+    # Length-exact fidelity (DESIGN.md section 6), for components whose inputs carry a mask
+    # (True on padding): input or output name -> (its length axis, positions per valid one).
+    length_axes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Kokoro's own code for the component, unpatched, run on unpadded inputs (the reference):
+    # takes the component's ``inputs`` by name, returns the last function's outputs.
+    kokoro: Callable[..., tuple[torch.Tensor, ...]] | None = None
+
+    @property
+    def mask_input(self) -> str:
+        """The input that is True on padding (text_mask or frame_mask)."""
+        return next(name for name in self.length_axes if name.endswith("_mask"))
 
     @property
     def outputs(self) -> tuple[str, ...]:
         return tuple(o for f in self.functions for o in f.outputs)
 
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The inputs of all functions that no earlier function produces, in order."""
+        names: list[str] = []
+        for fn in self.functions:
+            names += [i for i in fn.inputs if i not in names and i not in self.outputs]
+        return tuple(names)
+
 
 COMPONENTS: dict[str, Component] = {c.name: c for c in (
     Component("bert", "tokens", False, (), BertWrapper, bert_inputs,
               (Function("main", "forward", ("input_ids", "attention_mask"), ("d_en",)),)),
-    Component("duration", "tokens", True, ("pack_identity",), DurationWrapper, duration_inputs,
-              (Function("main", "forward", ("d_en", "s", "text_mask"), ("d", "durations")),)),
-    Component("text_encoder", "tokens", True, ("pack_identity",), TextEncoderWrapper,
+    Component("duration", "tokens", True, ("packed_lstm",), DurationWrapper, duration_inputs,
+              (Function("main", "forward", ("d_en", "s", "text_mask"), ("d", "durations")),),
+              length_axes={"d_en": (2, 1), "text_mask": (1, 1), "d": (1, 1),
+                           "durations": (1, 1)}, kokoro=kokoro_duration),
+    Component("text_encoder", "tokens", True, ("packed_lstm",), TextEncoderWrapper,
               text_encoder_inputs,
-              (Function("main", "forward", ("input_ids", "text_mask"), ("t_en",)),)),
+              (Function("main", "forward", ("input_ids", "text_mask"), ("t_en",)),),
+              length_axes={"input_ids": (1, 1), "text_mask": (1, 1), "t_en": (2, 1)},
+              kokoro=kokoro_text_encoder),
     Component("f0n", "frames", True, (), F0NWrapper, f0n_inputs,
-              (Function("main", "forward", ("en", "s"), ("f0", "n")),)),
+              (Function("main", "forward", ("en", "s", "frame_mask"), ("f0", "n")),),
+              length_axes={"en": (2, 1), "frame_mask": (1, 1), "f0": (1, 2), "n": (1, 2)},
+              kokoro=kokoro_f0n),
     Component("decoder", "frames", False, ("sinegen_noise_inputs", "stft_phase_where"),
               DecoderWrapper, decoder_inputs,
-              (Function("source", "source", ("f0", "phase_noise", "sine_noise"), ("har",),
-                        tight=False),
-               Function("body", "body", ("asr", "f0", "n", "s", "har"), ("audio",))),
-              spectral_outputs=("audio",), spectral_probe=("f0", 1e-6)),
+              (Function("source", "source", ("f0", "phase_noise", "sine_noise", "frame_mask"),
+                        ("har",), tight=False),
+               Function("body", "body", ("asr", "f0", "n", "s", "har", "frame_mask"),
+                        ("audio",))),
+              spectral_outputs=("audio",), spectral_probe=("f0", 1e-6),
+              # 600 samples per frame: 2 F0 values per frame, x prod(upsample_rates) * hop.
+              length_axes={"asr": (2, 1), "f0": (1, 2), "n": (1, 2), "frame_mask": (1, 1),
+                           "sine_noise": (1, 600), "audio": (1, 600)},
+              kokoro=kokoro_decoder),
 )}
 
 
@@ -475,6 +694,31 @@ def run_reference(kmodel, name: str, inputs: dict[str, torch.Tensor]) -> dict[st
             outs = _as_tuple(getattr(wrapper, fn.method)(*(env[i] for i in fn.inputs)))
             env.update(zip(fn.outputs, outs))
     return env
+
+
+def valid_length(name: str, inputs: dict[str, torch.Tensor]) -> int:
+    """The utterance's length in the bucket's units (tokens or frames), from its mask."""
+    return int((~inputs[COMPONENTS[name].mask_input]).sum())
+
+
+def crop(name: str, values: dict[str, Any], length: int) -> dict[str, Any]:
+    """Inputs or outputs of a component cut to ``length`` valid positions along their length
+    axes; values without a length axis are kept."""
+    axes = COMPONENTS[name].length_axes
+    return {key: value[(slice(None),) * axes[key][0] + (slice(0, length * axes[key][1]),)]
+            if key in axes else value for key, value in values.items()}
+
+
+def run_exact_length(kmodel, name: str, inputs: dict[str, torch.Tensor]
+                     ) -> dict[str, torch.Tensor]:
+    """Unpatched Kokoro on the utterance without its padding: the outputs at exactly its length,
+    which the valid part of a bucketed run must equal."""
+    component = COMPONENTS[name]
+    cropped = crop(name, inputs, valid_length(name, inputs))
+    cropped[component.mask_input] = torch.zeros_like(cropped[component.mask_input])
+    with torch.no_grad():
+        outs = component.kokoro(kmodel, **{i: cropped[i] for i in component.inputs})
+    return dict(zip(component.functions[-1].outputs, _as_tuple(outs)))
 
 
 def export_component(kmodel, name: str, bucket: int, seed: int = 0

@@ -25,6 +25,8 @@ LIBRARY = f"{RESULTS}/lib/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.so"
 LIBRARY_META = f"{RESULTS}/lib/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.meta.json"
 VALIDATION = f"{RESULTS}/validate/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.json"
 MANIFEST = f"{RESULTS}/manifest/{{target}}.json"
+BENCH_LSTM = f"{RESULTS}/bench/lstm/{{target}}.json"
+BENCH_LSTM_PLOT = f"{RESULTS}/bench/lstm/{{target}}.png"
 
 
 def artifact(pattern: str, root: str | Path = ".", **dims) -> Path:

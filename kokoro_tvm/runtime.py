@@ -194,7 +194,7 @@ class TvmEngine:
         phase_noise, sine_noise = self.noise(seed, total)
         f0 = _padded(f0[:, :2 * total], 2 * bucket)
         noise_n = _padded(noise_n[:, :2 * total], 2 * bucket)
-        common = {"f0": f0}
+        common = {"f0": f0, "frame_mask": np.arange(bucket)[None, :] >= total}  # True on padding
         _, (har,) = c["decoder"].run(total, "source", {
             **common, "phase_noise": phase_noise,
             "sine_noise": _padded(sine_noise, SAMPLES_PER_FRAME * bucket, axis=1)})

@@ -105,14 +105,16 @@ def build(lowered_json: PathLike, params: PathLike, target_name: str,
     import tvm
 
     from kokoro_tvm.compile.build import build_library
+    from kokoro_tvm.compile.devices import architecture, cross_compiler, device_kind
     from kokoro_tvm.compile.targets import make_target
 
     mod = tvm.ir.load_json(Path(lowered_json).read_text())
     target = make_target(target_options)
-    info = build_library(mod, target, out_so)
+    info = build_library(mod, target, out_so, cross_compiler(target_options))
     meta = {
         **dims, **info,
         "target": target_name, "target_string": str(target), "library": str(out_so),
+        "device": device_kind(target_options), "architecture": architecture(target_options),
         "library_sha256": sha256_file(out_so),
         "library_bytes": Path(out_so).stat().st_size,
         "params_sha256": sha256_file(params),
@@ -125,13 +127,28 @@ def build(lowered_json: PathLike, params: PathLike, target_name: str,
 
 
 def validate(checkpoint: PathLike, model_config: PathLike, component: str, bucket: int,
-             library: PathLike, params: PathLike, seed: int, out: PathLike) -> dict[str, Any]:
-    """results/validate/...: the library against PyTorch on the same inputs; fails if not passed."""
+             library: PathLike, params: PathLike, seed: int, out: PathLike,
+             target_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """results/validate/...: the library against PyTorch on the same inputs; fails if not passed.
+
+    A library this machine cannot run (CUDA without a GPU, another CPU architecture) gets a
+    report with ``status: skipped``, the reason, and ``passed: false``; the job succeeds and the
+    manifest lists the library as unvalidated (the runtime refuses it)."""
+    from kokoro_tvm.compile.devices import cannot_run_reason, device_kind
     from kokoro_tvm.validate import ValidationFailed, validate_component
 
+    options = target_options or {"kind": "llvm"}
+    reason = cannot_run_reason(options)
+    if reason is not None:
+        report = {"component": component, "bucket": bucket, "library": str(library),
+                  "seed": seed, "status": "skipped", "reason": reason, "metrics": {},
+                  "passed": False}
+        write_json(out, report)
+        return report
     report = validate_component(_kmodel(checkpoint, model_config), component, bucket, library,
-                                params, seed)
-    report.update(component=component, bucket=bucket, library=str(library), seed=seed)
+                                params, seed, device=device_kind(options))
+    report.update(component=component, bucket=bucket, library=str(library), seed=seed,
+                  status="passed" if report["passed"] else "failed")
     if not report["passed"]:
         raise ValidationFailed(f"{library} failed validation against PyTorch:\n"
                                + json.dumps(report["metrics"], indent=1))
@@ -141,13 +158,16 @@ def validate(checkpoint: PathLike, model_config: PathLike, component: str, bucke
 
 def manifest(metas: list[PathLike], validations: list[PathLike], target: str,
              out: PathLike) -> dict[str, Any]:
-    """results/manifest/{target}.json: every validated library of the target with its metadata."""
+    """results/manifest/{target}.json: every library of the target with its metadata; those
+    whose validation was skipped (no device here) have ``validated: false``."""
     entries = []
     for meta_path, validation_path in zip(metas, validations, strict=True):  # same order
         meta = json.loads(Path(meta_path).read_text())
         validation = json.loads(Path(validation_path).read_text())
         entries.append({**meta, "meta": str(meta_path), "validation": str(validation_path),
-                        "passed": validation["passed"]})
+                        "passed": validation["passed"],
+                        "validation_status": validation.get("status", "passed"),
+                        "validated": validation["passed"] is True})
     document = {"target": target, "libraries": entries}
     write_json(out, document)
     return document

@@ -1,4 +1,7 @@
-"""Static fidelity (DESIGN.md section 6): a built library against the PyTorch wrapper it came from.
+"""Static fidelity (DESIGN.md section 6): a built library against the PyTorch wrapper it came from;
+and, for components with a length mask (duration, text_encoder, f0n, decoder), length-exact
+fidelity: the library's valid outputs against unpatched Kokoro run on the same utterance without
+padding (the decoder's waveform by the spectral bars below, with Kokoro's noise draws given).
 
 Both run on the same padded example inputs (``Component.example_inputs`` at one seed). Every
 function output gets a tight check: max abs error relative to the output's scale (max abs of the
@@ -36,8 +39,10 @@ import torch
 import tvm
 from tvm import relax
 
-from kokoro_tvm.components import COMPONENTS, Component, config_of, run_reference
+from kokoro_tvm.components import (COMPONENTS, Component, config_of, crop, run_exact_length,
+                                   run_reference, valid_length)
 from kokoro_tvm.errors import UserError
+from kokoro_tvm.library import Library, Weights, parameter_names  # noqa: F401 (bench_lstm)
 
 TIGHT_RELATIVE = 1e-4
 # The chained waveform's bars (module docstring: measurements).
@@ -55,42 +60,18 @@ class ValidationFailed(UserError):
 # --------------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=4)
-def _vm(so_path: str, mtime: float) -> relax.VirtualMachine:
-    """A VM over the library; cached per file version (mtime) since loading is not free."""
-    return relax.VirtualMachine(tvm.runtime.load_module(so_path), tvm.cpu())
-
-
-def parameter_names(vm: relax.VirtualMachine, function: str) -> list[str]:
-    """The function's parameter names in call order: inputs first, then weights."""
-    return [vm._get_function_param_name(function, i)
-            for i in range(vm._get_function_arity(function))]
-
-
-def _as_list(out) -> list[np.ndarray]:
-    if isinstance(out, tvm.runtime.Tensor):
-        return [out.numpy()]
-    return [a for o in out for a in _as_list(o)]
+def _library(so_path: str, mtime: float, params_npz: str, device: str = "cpu") -> Library:
+    """A loaded library; cached per file version (mtime) since loading is not free."""
+    return Library(so_path, Weights(params_npz, tvm.device(device, 0)))
 
 
 def run_library(so_path: str | os.PathLike, params_npz: str | os.PathLike, function: str,
-                inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Calls ``function`` of the library with ``inputs`` and the weights it names, by name.
-
-    The VM reports each parameter's name: inputs are taken from ``inputs``, the rest from the
-    params file, so neither side depends on an order stored elsewhere.
-    """
+                inputs: dict[str, np.ndarray], device: str = "cpu") -> list[np.ndarray]:
+    """Calls ``function`` of the library with ``inputs`` and the weights it names, by name,
+    on ``device`` (``cpu`` or ``cuda``)."""
     so_path = os.fspath(so_path)
-    vm = _vm(so_path, os.path.getmtime(so_path))
-    args = []
-    with np.load(params_npz) as params:
-        for name in parameter_names(vm, function):
-            if name in inputs:
-                args.append(tvm.runtime.tensor(np.ascontiguousarray(inputs[name])))
-            elif name in params:
-                args.append(tvm.runtime.tensor(params[name]))
-            else:
-                raise KeyError(f"{function}: no input or weight named {name}")
-    return _as_list(vm[function](*args))
+    return _library(so_path, os.path.getmtime(so_path), os.fspath(params_npz),
+                    device)(function, inputs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -176,12 +157,12 @@ def _numpy(values: dict[str, torch.Tensor], names) -> dict[str, np.ndarray]:
     return {n: values[n].detach().cpu().numpy() for n in names}
 
 
-def _per_function(component: Component, so_path, params_npz, ref: dict[str, torch.Tensor]
-                  ) -> dict[str, dict[str, Any]]:
+def _per_function(component: Component, so_path, params_npz, ref: dict[str, torch.Tensor],
+                  device: str = "cpu") -> dict[str, dict[str, Any]]:
     """Each function on the reference values of its inputs: the tight check."""
     metrics = {}
     for fn in component.functions:
-        outs = run_library(so_path, params_npz, fn.name, _numpy(ref, fn.inputs))
+        outs = run_library(so_path, params_npz, fn.name, _numpy(ref, fn.inputs), device)
         tolerance = TIGHT_RELATIVE if fn.tight else None  # else judged through the chain
         for out_name, out in zip(fn.outputs, outs):
             ref_out = ref[out_name].detach().cpu().numpy()
@@ -201,13 +182,13 @@ def _probe(kmodel, component: Component, inputs: dict[str, torch.Tensor]
 
 
 def _chained(kmodel, component: Component, so_path, params_npz,
-             inputs: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]
-             ) -> dict[str, dict[str, Any]]:
+             inputs: dict[str, torch.Tensor], ref: dict[str, torch.Tensor],
+             device: str = "cpu") -> dict[str, dict[str, Any]]:
     """All functions chained library to library; spectral metrics on the final waveform."""
     env = _numpy(inputs, inputs)
     for fn in component.functions:
         env.update(zip(fn.outputs, run_library(so_path, params_npz, fn.name,
-                                               {i: env[i] for i in fn.inputs})))
+                                               {i: env[i] for i in fn.inputs}, device)))
     probe = _probe(kmodel, component, inputs)
     metrics = {}
     for name in component.spectral_outputs:
@@ -217,15 +198,42 @@ def _chained(kmodel, component: Component, so_path, params_npz,
     return metrics
 
 
+def _length_exact(kmodel, component: Component, so_path, params_npz,
+                  inputs: dict[str, torch.Tensor], device: str = "cpu"
+                  ) -> dict[str, dict[str, Any]]:
+    """The library's valid outputs on the padded inputs against unpatched Kokoro run on the
+    utterance without padding (DESIGN.md section 6, length-exact fidelity); same bars: tight,
+    or spectral for ``spectral_outputs`` (the decoder's waveform, its functions chained)."""
+    env = _numpy(inputs, inputs)
+    for fn in component.functions:
+        env.update(zip(fn.outputs, run_library(so_path, params_npz, fn.name,
+                                               {i: env[i] for i in fn.inputs}, device)))
+    length = valid_length(component.name, inputs)
+    exact = run_exact_length(kmodel, component.name, inputs)
+    valid = crop(component.name, {name: env[name] for name in exact}, length)
+    metrics = {"exact_length.length": _metric(length)}
+    for out_name, ref_out in exact.items():
+        if out_name in component.spectral_outputs:
+            found = spectral_metrics(valid[out_name], ref_out.cpu().numpy())
+        else:
+            found = tight_metrics(valid[out_name], ref_out.cpu().numpy(), TIGHT_RELATIVE)
+        metrics.update({f"exact_length.{out_name}.{key}": entry for key, entry in found.items()})
+    return metrics
+
+
 def validate_component(kmodel, name: str, bucket: int, so_path: str | os.PathLike,
-                       params_npz: str | os.PathLike, seed: int = 0) -> dict[str, Any]:
-    """Library vs PyTorch on the example inputs at ``seed``: metrics, tolerances, ``passed``."""
+                       params_npz: str | os.PathLike, seed: int = 0, device: str = "cpu"
+                       ) -> dict[str, Any]:
+    """Library vs PyTorch on the example inputs at ``seed``, the library run on ``device``
+    (``cpu`` or ``cuda``): metrics, tolerances, ``passed``."""
     component = COMPONENTS[name]
     inputs = component.example_inputs(config_of(kmodel), bucket, seed)
     ref = run_reference(kmodel, name, inputs)
-    metrics = _per_function(component, so_path, params_npz, ref)
+    metrics = _per_function(component, so_path, params_npz, ref, device)
     if len(component.functions) > 1:
-        metrics.update(_chained(kmodel, component, so_path, params_npz, inputs, ref))
+        metrics.update(_chained(kmodel, component, so_path, params_npz, inputs, ref, device))
+    if component.kokoro is not None:
+        metrics.update(_length_exact(kmodel, component, so_path, params_npz, inputs, device))
     judged = [m["passed"] for m in metrics.values() if "passed" in m]
     return {"component": name, "bucket": bucket, "seed": seed, "metrics": metrics,
             "passed": bool(judged) and all(judged)}

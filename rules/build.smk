@@ -5,7 +5,8 @@ rule build:
     input:
         lowered=rules.lower.output.lowered,
         params=rules.params.output.npz,
-        code=package_files("compile/build.py", "compile/targets.py", "stages.py"),
+        code=package_files("compile/build.py", "compile/targets.py", "compile/devices.py",
+                           "compile/gpu.py", "stages.py"),
         script=script("build.py"),
     output:
         library=paths.LIBRARY,

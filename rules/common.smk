@@ -6,6 +6,7 @@ from snakemake.utils import min_version
 
 from kokoro_tvm import paths
 from kokoro_tvm.components import COMPONENTS
+from kokoro_tvm.compile.devices import lstm_methods_for
 from kokoro_tvm.config import validate_config
 
 min_version("9.0")
@@ -20,7 +21,7 @@ wildcard_constraints:
     voice="|".join(lookup(dpath="voices/names", within=config)),
     component="|".join(COMPONENTS),
     target="|".join(lookup(dpath="target_options", within=config)),
-    lstm="|".join(["none", *lookup(dpath="lstm_methods", within=config)]),
+    lstm="|".join(["none", "unroll", *lookup(dpath="lstm_methods", within=config)]),
     bucket=r"\d+",
 
 
@@ -32,6 +33,11 @@ def setting(dotted):
 def package_files(*relative):
     """Package modules a stage runs, as inputs: Snakemake does not see imported code change."""
     return [str(PACKAGE / name) for name in relative]
+
+
+def package_folder(relative):
+    """Every module of a package folder, as inputs (e.g. all schedule rules)."""
+    return sorted(str(p) for p in (PACKAGE / relative).glob("*.py"))
 
 
 def script(name):
@@ -99,19 +105,24 @@ def asset_targets():
     return [paths.ASSET_WEIGHTS, paths.ASSET_CONFIG, *voice_files()]
 
 
-def lstm_methods(component):
-    """The LSTM lowerings a component is built with: every configured one, or none."""
-    return setting("lstm_methods") if COMPONENTS[component].has_lstm else ["none"]
+def lstm_methods(component, target=None):
+    """The LSTM lowerings a component is built with: every configured one the target can
+    build (GPUs: unroll only, see compile/targets.py), or none."""
+    if not COMPONENTS[component].has_lstm:
+        return ["none"]
+    if target is None:
+        return setting("lstm_methods")
+    return lstm_methods_for(setting(f"target_options.{target}"), setting("lstm_methods"))
 
 
-def library_dims():
+def library_dims(target=None):
     """(component, lstm, bucket) of every library config.yaml asks for, per target."""
-    return [dict(component=c, lstm=lstm, bucket=b)
-            for c in COMPONENTS for lstm in lstm_methods(c) for b in setting(f"buckets.{c}")]
+    return [dict(component=c, lstm=lstm, bucket=b) for c in COMPONENTS
+            for lstm in lstm_methods(c, target) for b in setting(f"buckets.{c}")]
 
 
 def per_library(pattern, target):
-    return [pattern.format(target=target, **dims) for dims in library_dims()]
+    return [pattern.format(target=target, **dims) for dims in library_dims(target)]
 
 
 def target_options(target):
@@ -123,10 +134,23 @@ def import_code(wildcards):
     """Code an import depends on; the LSTM lowering only for components that have LSTMs."""
     modules = ["compile/importer.py", "compile/converters.py", "stages.py"]
     if COMPONENTS[wildcards.component].has_lstm:
-        modules.append("compile/lstm.py")
+        modules += ["compile/lstm.py", "packed_lstm.py"]
     return package_files(*modules)
 
 
 def all_targets():
     manifests = expand(paths.MANIFEST, target=setting("targets"))
     return asset_targets() + manifests
+
+
+def lstm_components():
+    return [c for c in COMPONENTS if COMPONENTS[c].has_lstm]
+
+
+def lstm_params():
+    """The params files of the LSTM components (the LSTM benchmark's weights)."""
+    return expand(paths.PARAMS, component=lstm_components())
+
+
+def bench_lstm_targets():
+    return expand(paths.BENCH_LSTM, target=setting("targets"))

@@ -5,7 +5,7 @@ rule export:
     input:
         checkpoint=rules.weights.output.checkpoint,
         config=rules.weights.output.config,
-        code=package_files("components.py", "model.py", "stages.py"),
+        code=package_files("components.py", "packed_lstm.py", "model.py", "stages.py"),
         script=script("export.py"),
     output:
         pt2=paths.EXPORT,

@@ -7,12 +7,14 @@ rule validate:
         params=rules.params.output.npz,
         checkpoint=rules.weights.output.checkpoint,
         config=rules.weights.output.config,
-        code=package_files("validate.py", "components.py", "stages.py"),
+        code=package_files("validate.py", "components.py", "packed_lstm.py", "stages.py",
+                           "compile/devices.py", "compile/gpu.py"),
         script=script("validate.py"),
     output:
         report=paths.VALIDATION,
     params:
         seed=setting("validation.seed"),
+        options=lambda wildcards: target_options(wildcards.target),
     log:
         "logs/validate/{target}/{component}/{lstm}/b{bucket}.log",
     benchmark:
@@ -23,6 +25,7 @@ rule validate:
         "python {input.script} --checkpoint {input.checkpoint} --model-config {input.config}"
         " --component {wildcards.component} --bucket {wildcards.bucket}"
         " --library {input.library} --params {input.params} --seed {params.seed}"
+        " --target-options '{params.options}'"
         " --out {output.report} > {log} 2>&1"
 
 

@@ -23,28 +23,7 @@ import yaml
 
 from conftest import REPO, TINY, run_snakemake
 
-WORKFLOW_PARTS = ("Snakefile", "config.yaml", "rules", "workflow_scripts", "envs", "kokoro_tvm")
 LSTM_COMPONENTS = {"duration", "text_encoder", "f0n"}
-
-
-@pytest.fixture(scope="module")
-def workflow(tmp_path_factory) -> Path:
-    copy = tmp_path_factory.mktemp("workflow")
-    for part in WORKFLOW_PARTS:
-        source = REPO / part
-        if source.is_dir():
-            shutil.copytree(source, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, copy / part)
-    return copy
-
-
-@pytest.fixture(scope="module")
-def built(workflow, tmp_path_factory) -> Path:
-    """A finished `snakemake all` on the tiny config."""
-    workdir = tmp_path_factory.mktemp("built")
-    run_snakemake(workdir, "all", snakefile=workflow / "Snakefile")
-    return workdir
 
 
 def dry_run(workdir: Path, workflow: Path, *targets: str, configfiles=(TINY,)) -> list[dict]:
@@ -76,8 +55,8 @@ def test_every_library_validates_and_is_in_the_manifest(built):
     for target in config["targets"]:
         manifest = json.loads((built / f"results/manifest/{target}.json").read_text())
         entries = {(e["component"], e["lstm"], e["bucket"]) for e in manifest["libraries"]}
-        assert entries == {("bert", "none", 16), ("duration", "unroll", 16),
-                           ("text_encoder", "unroll", 16), ("f0n", "unroll", 16),
+        assert entries == {("bert", "none", 16), ("duration", "tir_vec", 16),
+                           ("text_encoder", "tir_vec", 16), ("f0n", "tir_vec", 16),
                            ("decoder", "none", 16)}
         for entry in manifest["libraries"]:
             assert entry["passed"] and entry["target"] == target
@@ -147,7 +126,7 @@ def test_target_options_change_rebuilds_only_that_target(built, workflow, tmp_pa
 
 
 def test_one_library_path_schedules_only_its_chain(workflow, tmp_path):
-    jobs = dry_run(tmp_path, workflow, "results/lib/llvm/f0n/unroll/b16.so")
+    jobs = dry_run(tmp_path, workflow, "results/lib/llvm/f0n/tir_vec/b16.so")
     assert rules_of(jobs) == {"weights": 1, "export": 1, "params": 1, "import_relax": 1,
                               "lower": 1, "build": 1}
 

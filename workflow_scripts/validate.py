@@ -17,10 +17,13 @@ def main() -> None:
     parser.add_argument("--library", required=True)
     parser.add_argument("--params", required=True)
     parser.add_argument("--seed", type=int, default=0, help="seeds the example inputs")
+    parser.add_argument("--target-options", default='{"kind": "llvm"}',
+                        help="the library's TVM target in dict form, as JSON (where it runs)")
     parser.add_argument("--out", required=True, help="results/validate/{target}/{component}/{lstm}/b{bucket}.json")
     args = parser.parse_args()
     report = stages.validate(args.checkpoint, args.model_config, args.component, args.bucket,
-                             args.library, args.params, args.seed, args.out)
+                             args.library, args.params, args.seed, args.out,
+                             json.loads(args.target_options))
     print(json.dumps(report, indent=1))
 
 

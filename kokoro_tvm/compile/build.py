@@ -3,17 +3,23 @@
 The lowered module has been through the Relax pipeline already (``lower.lower``), so the build
 runs only VM codegen, TIR compilation and linking (``relax.build`` with ``relax_pipeline=None``).
 Weights are function inputs, so the library holds code only.
+
+Cross targets (an llvm ``mtriple`` of another architecture) are linked with that triple's C
+compiler (``cross_compiler``); CUDA kernels are compiled with nvcc (``gpu.nvcc_compile``).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any
 
 import tvm
 from tvm import relax
+from tvm.support import cc
 
 from kokoro_tvm.atomic import atomic_path
+from kokoro_tvm.compile import gpu
 
 
 def _tensor_signature(ty) -> dict[str, Any]:
@@ -65,15 +71,19 @@ def embedded_constant_bytes(mod: tvm.IRModule) -> int:
 
 
 def build_library(lowered_mod: tvm.IRModule, target: tvm.target.Target,
-                  out_so: str | os.PathLike) -> dict[str, Any]:
-    """Compiles ``lowered_mod`` for ``target`` and writes ``out_so`` atomically.
+                  out_so: str | os.PathLike, cross_compiler: str | None = None
+                  ) -> dict[str, Any]:
+    """Compiles ``lowered_mod`` for ``target`` and writes ``out_so`` atomically, linked with
+    ``cross_compiler`` (e.g. ``aarch64-linux-gnu-gcc``) when given.
 
     Returns build facts for the library's metadata: seconds spent, size, and the signature.
     """
     start = time.perf_counter()
-    executable = relax.build(lowered_mod, target, relax_pipeline=None)
+    with gpu.nvcc_compile() if target.kind.name == "cuda" else contextlib.nullcontext():
+        executable = relax.build(lowered_mod, target, relax_pipeline=None)
+    fcompile = cc.cross_compiler(cross_compiler) if cross_compiler else None
     with atomic_path(out_so) as tmp:
-        executable.export_library(str(tmp))
+        executable.export_library(str(tmp), fcompile=fcompile)
         size = tmp.stat().st_size
     return {
         "build_seconds": round(time.perf_counter() - start, 3),

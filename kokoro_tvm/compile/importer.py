@@ -17,9 +17,10 @@ from tvm.relax.frontend.torch import from_exported_program
 
 from kokoro_tvm.compile.converters import CONVERTERS
 from kokoro_tvm.compile.lstm import LSTM_METHODS, LstmMethod
+from kokoro_tvm.packed_lstm import CONVERTER_KEY
 
 Params = dict[str, np.ndarray]
-LSTM_OPS = ("lstm.input", "lstm.data")
+LSTM_OPS = ("lstm.input", "lstm.data", CONVERTER_KEY)
 
 
 def lstm_nodes(program: torch.export.ExportedProgram) -> list[str]:
@@ -82,8 +83,9 @@ def _drop_unused_weights(func: relax.Function) -> relax.Function:
 
 
 def import_program(program: torch.export.ExportedProgram, lstm: str
-                   ) -> tuple[relax.Function, Params]:
-    """One ExportedProgram -> a Relax function (inputs, then weights) and the weights it takes."""
+                   ) -> tuple[relax.Function, Params, dict[tvm.ir.GlobalVar, tvm.ir.BaseFunc]]:
+    """One ExportedProgram -> a Relax function (inputs, then weights), the weights it takes, and
+    the other functions it calls by name (TIR kernels some LSTM methods add)."""
     method = NO_LSTM if lstm == "none" else LSTM_METHODS[lstm]
     program = method.prepare(program)
     mod = from_exported_program(program, keep_params_as_input=True, run_ep_decomposition=False,
@@ -91,8 +93,9 @@ def import_program(program: torch.export.ExportedProgram, lstm: str
     keys = _state_dict_keys(program)
     func = _name_weights_by_key(_drop_unused_weights(mod["main"].without_attr("params")), keys)
     num_input = int(func.attrs["num_input"])
+    callees = {gvar: f for gvar, f in mod.functions_items() if gvar.name_hint != "main"}
     return func, {p.name: program.state_dict[p.name].detach().cpu().numpy()
-                  for p in func.params[num_input:]}
+                  for p in func.params[num_input:]}, callees
 
 
 def _merge_params(params: Params, more: Params) -> None:
@@ -109,9 +112,13 @@ def import_programs(programs: dict[str, torch.export.ExportedProgram], lstm: str
     mod = tvm.IRModule()
     params: Params = {}
     for name, program in programs.items():
-        func, func_params = import_program(program, lstm)
+        func, func_params, callees = import_program(program, lstm)
         mod[name] = func.with_attr("global_symbol", name)  # each import calls its function main
         _merge_params(params, func_params)
+        for gvar, body in callees.items():  # kept under the GlobalVar the function calls
+            if any(g.name_hint == gvar.name_hint for g in mod.get_global_vars()):
+                raise ValueError(f"two functions of one component add {gvar.name_hint}")
+            mod[gvar] = body
     return mod, params
 
 

@@ -32,14 +32,20 @@ from kokoro_tvm.compile import schedules
 SKIPPED_PASSES = ("FoldConstant",)
 # Where each target kind's pass lists live. ``relax.pipeline.dataflow_lower_passes`` cannot be
 # used for llvm in TVM 0.27: the cpu_generic package does not re-export that list.
-BACKENDS = {"llvm": "tvm.relax.backend.cpu_generic.pipeline"}
+# CUDA's lists schedule every PrimFunc with dlight's GPU rules after FuseTIR (compile/gpu.py).
+BACKENDS = {"llvm": "tvm.relax.backend.cpu_generic.pipeline",
+            "cuda": "tvm.relax.backend.cuda.pipeline"}
 
 
 def passes(target: tvm.target.Target, schedule: bool = True) -> list[tvm.transform.Pass]:
     """The target's default Relax passes in order, without ``SKIPPED_PASSES``; with
-    ``schedule``, our legalizations in LegalizeOps and our schedules after FuseTIR."""
+    ``schedule``, our legalizations in LegalizeOps and our schedules after FuseTIR.
+
+    Our schedules are for CPUs (x86 and Arm: they read the vector width from the target); GPU
+    targets keep their backend's own schedules (dlight) whatever ``schedule`` says."""
     if target.kind.name not in BACKENDS:
         raise ValueError(f"no Relax pipeline known for target kind {target.kind.name}")
+    schedule = schedule and "cpu" in target.keys
     backend = importlib.import_module(BACKENDS[target.kind.name])
     every = (backend.library_dispatch_passes(target) + backend.legalize_passes(target)
              + backend.dataflow_lower_passes(target) + backend.finalize_passes(target))

@@ -1,0 +1,138 @@
+"""Calling a built library with a runtime-only TVM: no compiler, no PyTorch, no Relax package.
+
+What runs where the full TVM wheel is not installed: on a GPU machine (tools/gpu_check) and
+under qemu-user for cross-compiled libraries (tests/test_targets.py), with ``TVM_USE_RUNTIME_LIB=1``
+and only libtvm_runtime (+ libtvm_runtime_cuda for CUDA) beside the tvm and tvm_ffi packages.
+Parameters are bound by name as in ``library.Library``: inputs first, then weights.
+
+CLI (one function, arrays in and out as .npz):
+    python -m kokoro_tvm.bare --library b16.so --params bert.npz --function bert \\
+        --inputs in.npz --out out.npz [--device cpu|cuda] [--repeat N]
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import time
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+
+
+def load_cuda_runtime() -> None:
+    """libtvm_runtime_cuda beside libtvm_runtime (runtime-only TVM does not autoload backends)."""
+    import tvm
+    from tvm.base import _LOADED_LIBS
+
+    if "tvm_runtime_cuda" in _LOADED_LIBS:
+        return
+    folder = Path(_LOADED_LIBS["tvm_runtime"]._name).resolve().parent
+    _LOADED_LIBS["tvm_runtime_cuda"] = ctypes.CDLL(str(folder / "libtvm_runtime_cuda.so"),
+                                                   ctypes.RTLD_GLOBAL)
+    assert tvm.cuda(0).exist, "libtvm_runtime_cuda loaded but no CUDA device"
+
+
+def device(kind: str):
+    import tvm
+
+    if kind == "cuda":
+        try:
+            return tvm.cuda(0) if tvm.cuda(0).exist else _loaded_cuda()
+        except Exception:
+            return _loaded_cuda()
+    return tvm.cpu(0)
+
+
+def _loaded_cuda():
+    import tvm
+
+    load_cuda_runtime()
+    return tvm.cuda(0)
+
+
+class BareLibrary:
+    """One library on one device; weights (name -> numpy array) moved to the device once."""
+
+    def __init__(self, so_path: str | Path, weights: Mapping[str, np.ndarray], kind: str = "cpu"):
+        import tvm
+        from tvm.runtime.vm import VirtualMachine
+
+        self.dev = device(kind)
+        self.vm = VirtualMachine(tvm.runtime.load_module(str(so_path)), self.dev)
+        self.weights = weights
+        self._on_device: dict = {}
+
+    def parameter_names(self, function: str) -> list[str]:
+        return [self.vm._get_function_param_name(function, i)
+                for i in range(self.vm._get_function_arity(function))]
+
+    def prepare(self, function: str, inputs: Mapping[str, np.ndarray]) -> Callable[[], object]:
+        """A call of ``function`` with everything already on the device (for timing)."""
+        import tvm
+
+        args = []
+        for name in self.parameter_names(function):
+            if name in inputs:
+                args.append(tvm.runtime.tensor(np.ascontiguousarray(inputs[name]), self.dev))
+            elif name in self.weights:
+                if name not in self._on_device:
+                    self._on_device[name] = tvm.runtime.tensor(
+                        np.ascontiguousarray(self.weights[name]), self.dev)
+                args.append(self._on_device[name])
+            else:
+                raise KeyError(f"{function} needs '{name}': neither an input nor a weight")
+        func = self.vm[function]
+        return lambda: func(*args)
+
+    def sync(self) -> None:
+        self.dev.sync()
+
+    def __call__(self, function: str, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return as_list(self.prepare(function, inputs)())
+
+    def time_ms(self, function: str, inputs: Mapping[str, np.ndarray], repeat: int = 10
+                ) -> float:
+        """Median wall milliseconds of one call (after one warm-up), synchronised."""
+        call = self.prepare(function, inputs)
+        call()
+        self.sync()
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            call()
+            self.sync()
+            times.append((time.perf_counter() - start) * 1e3)
+        return float(np.median(times))
+
+
+def as_list(out) -> list[np.ndarray]:
+    import tvm
+
+    if isinstance(out, tvm.runtime.Tensor):
+        return [out.numpy()]
+    return [a for o in out for a in as_list(o)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--library", required=True)
+    parser.add_argument("--params", required=True)
+    parser.add_argument("--function", required=True)
+    parser.add_argument("--inputs", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--repeat", type=int, default=0, help="also time N calls")
+    args = parser.parse_args()
+    library = BareLibrary(args.library, np.load(args.params), args.device)
+    inputs = dict(np.load(args.inputs))
+    outs = library(args.function, inputs)
+    np.savez(args.out, *outs)
+    if args.repeat:
+        print(json.dumps({"ms": library.time_ms(args.function, inputs, args.repeat)}))
+
+
+if __name__ == "__main__":
+    main()

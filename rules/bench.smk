@@ -1,0 +1,25 @@
+# Benchmarks: figures (JSON) and plots under results/bench/, outside `rule all`.
+
+
+rule lstm_latency:
+    input:
+        manifest=rules.manifest.output.manifest,
+        params=lstm_params(),
+        code=package_files("bench_lstm.py", "validate.py"),
+        script=script("bench_lstm.py"),
+    output:
+        json=paths.BENCH_LSTM,
+        plot=paths.BENCH_LSTM_PLOT,
+    params:
+        repeats=5,
+        versions=versions("apache-tvm", "matplotlib"),
+    log:
+        "logs/bench/lstm/{target}.log",
+    benchmark:
+        "benchmarks/bench/lstm/{target}.tsv"
+    conda:
+        "../envs/kokoro-tvm.yaml"
+    shell:
+        "python {input.script} --manifest {input.manifest} --params {input.params}"
+        " --repeats {params.repeats} --out-json {output.json} --out-plot {output.plot}"
+        " > {log} 2>&1"

@@ -1,0 +1,270 @@
+"""Cluster builds on a real Slurm: the tiny config through profiles/slurm and slurm-generic.
+
+A one-node Slurm cluster (munged, slurmctld, slurmd; tests/slurm/cluster.py) runs on localhost
+for this module and is shut down by the fixture's finalizer, failures included. Debian's
+packages are installed with apt-get when missing (DESIGN.md section 8).
+
+One target (llvm) of the tiny config is built twice, locally and on the cluster, and the two
+results are compared: the same libraries, validation results, params and function signatures.
+The libraries' hashes can differ only through the import time recorded in the IR; the cluster's
+lowered module, built again here, gives its library bit for bit. The other tests work on
+copies of the cluster build.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, REPO, TINY, run_snakemake
+
+sys.path.insert(0, str(Path(__file__).parent / "slurm"))
+from cluster import Cluster, install_with_apt, missing_programs  # noqa: E402
+
+pytestmark = pytest.mark.slurm
+
+TARGET = "llvm"
+MANIFEST = f"results/manifest/{TARGET}.json"
+# The build job the cancellation test interrupts, and the library the cluster-generic test
+# rebuilds ("rebuild one bucket", README).
+DECODER_LIB = f"results/lib/{TARGET}/decoder/none/b16.so"
+BERT_LIB = f"results/lib/{TARGET}/bert/none/b16.so"
+# Overrides of the profiles for a 2-CPU test cluster whose jobs take seconds: poll more often
+# than a production profile should, and run validate on one CPU so that two library groups
+# (one CPU each) share the node instead of queueing behind each other.
+TEST_OVERRIDES = {
+    "slurm": ["--slurm-init-seconds-before-status-checks", "1", "--set-threads", "validate=1"],
+    "slurm-generic": ["--seconds-between-status-checks", "2", "--set-threads", "validate=1"],
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if missing_programs():
+        install_with_apt()
+    # A short path: munge's socket path must fit in a sockaddr_un (108 bytes).
+    root = Path(tmp_path_factory.mktemp("slurm"))
+    cluster = Cluster(root, cpus=2)
+    try:
+        started = time.monotonic()
+        cluster.start()
+        print(f"slurm cluster up in {time.monotonic() - started:.1f} s")
+        yield cluster
+    finally:
+        cluster.stop()
+        left = cluster.running()
+        assert not left, f"daemons still running after stop: {left}"
+
+
+def on_cluster(cluster: Cluster, workdir: Path, profile: str, *args: str,
+               check: bool = True, wait: bool = True):
+    """snakemake with ``profiles/{profile}`` in ``workdir``, talking to the test cluster.
+
+    profiles/default is read as well (Snakemake's workflow profile beside the Snakefile): it
+    holds the per-rule resources, the cluster profiles hold the executor settings and groups.
+    """
+    command = [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"),
+               "--directory", str(workdir), "--profile", str(REPO / "profiles" / profile),
+               *args, *TEST_OVERRIDES[profile], "--configfile", str(TINY)]
+    env = cluster.env({**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+    if not wait:
+        return subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if check and done.returncode != 0:
+        raise AssertionError(f"snakemake --profile {profile} {' '.join(args)} failed:\n"
+                             f"{done.stdout}\n{done.stderr}")
+    return done
+
+
+def copy_build(source: Path, dest: Path) -> Path:
+    """A copy of a finished build folder, Snakemake's metadata and timestamps included."""
+    shutil.copytree(source, dest, symlinks=True,
+                    ignore=shutil.ignore_patterns("locks", "incomplete", "slurm_logs"))
+    return dest
+
+
+def sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def target_options(target: str) -> str:
+    """The target's TVM options as the workflow passes them (config.yaml, then tiny.yaml)."""
+    import yaml
+
+    options = {}
+    for config in (REPO / "config.yaml", TINY):
+        options.update(yaml.safe_load(config.read_text()).get("target_options", {}))
+    return json.dumps(options[target], sort_keys=True)
+
+
+def dry_run_jobs(workdir: Path, *targets: str) -> list[str]:
+    """The rules of the jobs a local dry run would execute (empty: nothing to do)."""
+    done = run_snakemake(workdir, "-n", *targets)
+    return re.findall(r"^(?:local)?rule (\w+):", done.stdout + done.stderr, re.MULTILINE)
+
+
+def manifest_view(workdir: Path) -> dict:
+    """What must not depend on where a library was built: per (component, lstm, bucket), the
+    target, validation result, function signatures and the library's hash."""
+    manifest = json.loads((workdir / MANIFEST).read_text())
+    view = {}
+    for entry in manifest["libraries"]:
+        key = (entry["component"], entry["lstm"], entry["bucket"], entry["target"])
+        view[key] = {"passed": entry["passed"], "functions": entry["functions"],
+                     "params_sha256": entry["params_sha256"],
+                     "library_sha256": entry["library_sha256"]}
+    return view
+
+
+@pytest.fixture(scope="module")
+def local_build(tmp_path_factory) -> tuple[Path, float]:
+    """The tiny config's llvm libraries built locally (the reference)."""
+    workdir = tmp_path_factory.mktemp("local")
+    started = time.monotonic()
+    run_snakemake(workdir, MANIFEST)
+    return workdir, time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def slurm_build(cluster, local_build, tmp_path_factory) -> tuple[Path, float, str]:
+    """The same, every job on the cluster through profiles/slurm."""
+    workdir = tmp_path_factory.mktemp("onslurm")
+    started = time.monotonic()
+    done = on_cluster(cluster, workdir, "slurm", MANIFEST)
+    return workdir, time.monotonic() - started, done.stdout + done.stderr
+
+
+def test_slurm_build_matches_the_local_build(slurm_build, local_build, cluster, tmp_path):
+    workdir, seconds, log = slurm_build
+    local_dir, local_seconds = local_build
+    local, remote = manifest_view(local_dir), manifest_view(workdir)
+    assert set(remote) == set(local) and len(remote) == 5
+    for key in local:
+        assert remote[key]["passed"] and local[key]["passed"], key
+        assert remote[key]["functions"] == local[key]["functions"], key
+        assert remote[key]["params_sha256"] == local[key]["params_sha256"], key
+    # The libraries' hashes may differ between the two builds: the imported module records its
+    # import time (kokoro_tvm.import_seconds), which can travel into the lowered module and the
+    # library. Building is deterministic otherwise: the cluster's lowered module, built here,
+    # gives the cluster's library bit for bit.
+    lowered = workdir / "results/lowered" / TARGET / "bert/none/b16.json"
+    rebuilt = tmp_path / "b16.so"
+    subprocess.run([sys.executable, str(REPO / "workflow_scripts/build.py"), "--lowered",
+                    str(lowered), "--params", str(workdir / "results/params/bert.npz"),
+                    "--target", TARGET, "--target-options", target_options(TARGET),
+                    "--component", "bert", "--lstm", "none", "--bucket", "16",
+                    "--out", str(rebuilt), "--out-meta", str(tmp_path / "b16.meta.json")],
+                   check=True, capture_output=True)
+    assert sha256(rebuilt) == remote[("bert", "none", 16, TARGET)]["library_sha256"]
+    differing = sum(remote[k]["library_sha256"] != local[k]["library_sha256"] for k in local)
+    print(f"\nlibraries bit-identical to the local build: {len(local) - differing}/{len(local)}")
+    for report in (workdir / "results/validate").rglob("*.json"):
+        local_report = json.loads((local_dir / report.relative_to(workdir)).read_text())
+        assert json.loads(report.read_text())["passed"] and local_report["passed"], report
+
+    # Every job ran on the cluster, grouped: count the Slurm jobs that ran.
+    jobs = cluster.run("squeue", "--noheader", "--states=all", "--format=%i %T").stdout.split()
+    states = dict(zip(jobs[::2], jobs[1::2]))
+    submitted = log.count("has been submitted with SLURM jobid")
+    print(f"\nlocal build {local_seconds:.0f} s, slurm build {seconds:.0f} s, "
+          f"{submitted} slurm jobs ({sorted(set(states.values()))})")
+    assert submitted and all(s == "COMPLETED" for s in states.values()), states
+    # Nothing is left to do, locally or on the cluster.
+    assert dry_run_jobs(workdir, MANIFEST) == []
+
+
+def test_slurm_generic_profile_rebuilds_one_library(cluster, slurm_build, tmp_path):
+    """`snakemake --profile profiles/slurm-generic <one library>` rebuilds just that library."""
+    source, _, _ = slurm_build
+    workdir = copy_build(source, tmp_path / "generic")
+    library = workdir / BERT_LIB
+    expected = json.loads(library.with_suffix(".meta.json").read_text())["library_sha256"]
+    library.unlink()
+    library.with_suffix(".meta.json").unlink()
+    done = on_cluster(cluster, workdir, "slurm-generic", BERT_LIB)
+    log = done.stdout + done.stderr
+    assert log.count("with external jobid") == 1 and "rule build:" in log, log
+    meta = json.loads(library.with_suffix(".meta.json").read_text())
+    assert meta["library_sha256"] == expected
+
+
+def test_cancelled_job_leaves_no_library_and_a_rerun_completes(cluster, slurm_build, tmp_path):
+    """scancel while the decoder's build runs on the cluster: no library that looks finished;
+    the next run builds it."""
+    source, _, _ = slurm_build
+    workdir = copy_build(source, tmp_path / "cancel")
+    library = workdir / DECODER_LIB
+    meta = library.with_suffix(".meta.json")
+    library.unlink()
+    meta.unlink()
+    # No retry (profiles/slurm has one): this run is to end with the cancelled job.
+    process = on_cluster(cluster, workdir, "slurm", DECODER_LIB, "--retries", "0", wait=False)
+    try:
+        build_pid = wait_for_build_process(workdir, process, timeout=300)
+        time.sleep(3)  # past loading TVM and the module (~2 s), into code generation
+        assert Path(f"/proc/{build_pid}").exists(), "the build ended before it was cancelled"
+        job_ids = cluster.run("squeue", "--noheader", "--states=RUNNING",
+                              "--format=%i").stdout.split()
+        assert job_ids, "no running slurm job"
+        cluster.run("scancel", *job_ids)
+        output, _ = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode != 0, output
+    assert wait_until_gone(build_pid, timeout=30), "the build survived scancel"
+    assert not library.exists() and not meta.exists(), output
+    # No other file under the library's name either (a temp file may remain; it is named
+    # .b16.*.tmp.so and never taken for the library).
+    # (Snakemake removes the folder it made for the failed job's outputs.)
+    if library.parent.exists():
+        assert not [p for p in library.parent.iterdir() if p.name.startswith("b16")]
+    assert dry_run_jobs(workdir, DECODER_LIB) == ["build"]
+
+    done = on_cluster(cluster, workdir, "slurm", MANIFEST)
+    assert library.exists() and meta.exists(), done.stdout
+    assert json.loads(meta.read_text())["library_sha256"] == json.loads(
+        (source / DECODER_LIB).with_suffix(".meta.json").read_text())["library_sha256"]
+    assert dry_run_jobs(workdir, MANIFEST) == []
+
+
+def wait_for_build_process(workdir: Path, snakemake: subprocess.Popen, timeout: float) -> int:
+    """The PID of workflow_scripts/build.py running in ``workdir`` (started by the cluster)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if snakemake.poll() is not None:
+            raise AssertionError(f"snakemake ended before the build ran:\n"
+                                 f"{snakemake.stdout.read()}")
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                command = (proc / "cmdline").read_bytes().split(b"\0")
+                cwd = os.readlink(proc / "cwd")
+            except OSError:
+                continue
+            if cwd == str(workdir) and any(c.endswith(b"workflow_scripts/build.py")
+                                           for c in command):
+                return int(proc.name)
+        time.sleep(0.2)
+    raise AssertionError("the build job did not start")
+
+
+def wait_until_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists():
+            return True
+        time.sleep(0.2)
+    return False

@@ -1,0 +1,127 @@
+"""Other targets from the same DAG (README: Other targets): CUDA GPUs and 64-bit Arm.
+
+- Config: the cuda and aarch64 targets pass the schema, a plain `all` stays llvm only, and a
+  cuda target that names a CPU is rejected.
+- Both build every component of the tiny config on this machine (`--config targets=...`). Their
+  validation jobs cannot run here and say so (`status: skipped`, never `passed: true`); the
+  manifest lists those libraries as unvalidated and the runtime refuses them.
+- The aarch64 libraries are real aarch64 shared objects, and bert's runs under qemu-user (Debian's
+  arm64 Python with a runtime-only TVM, tools/cross/aarch64_env.sh) and matches PyTorch on this
+  machine within the llvm tolerance (kokoro_tvm.validate.TIGHT_RELATIVE, relative max abs error).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import REPO, TINY, run_snakemake
+from kokoro_tvm.compile.devices import architecture, cannot_run_reason, lstm_methods_for
+from kokoro_tvm.config import ConfigError, validate_config
+
+OTHER = ["cuda", "aarch64"]
+COMPONENTS = ("bert", "duration", "text_encoder", "f0n", "decoder")
+
+
+def _config(**changes):
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    config.update(changes)
+    return config
+
+
+def test_other_targets_pass_the_schema():
+    validate_config(_config(targets=OTHER), REPO)
+
+
+def test_cuda_target_naming_a_cpu_is_rejected():
+    config = _config(targets=["cuda"])
+    config["target_options"]["cuda"] = {"kind": "cuda", "arch": "sm_90", "mcpu": "znver4"}
+    with pytest.raises(ConfigError, match="target_options.cuda"):
+        validate_config(config, REPO)
+
+
+def test_target_facts():
+    options = yaml.safe_load((REPO / "config.yaml").read_text())["target_options"]
+    assert architecture(options["aarch64"]) == "aarch64"
+    assert architecture(options["cuda"]) == "cuda:sm_90"
+    assert "aarch64" in cannot_run_reason(options["aarch64"])
+    # GPUs cannot take the hand-written CPU TIR LSTMs
+    assert lstm_methods_for(options["cuda"], ["tir_vec"]) == ["unroll"]
+    assert lstm_methods_for(options["aarch64"], ["tir_vec"]) == ["tir_vec"]
+
+
+def test_plain_all_builds_llvm_only(tmp_path):
+    done = run_snakemake(tmp_path, "-n", "all", configfiles=())
+    text = done.stdout + done.stderr
+    assert "results/manifest/llvm.json" in text
+    assert "results/lib/cuda" not in text and "results/lib/aarch64" not in text
+
+
+@pytest.fixture(scope="module")
+def other_built(built):
+    """The tiny config's cuda and aarch64 libraries, next to its llvm ones."""
+    run_snakemake(built, "all", "--config", f"targets={json.dumps(OTHER)}")
+    return built
+
+
+@pytest.mark.parametrize("target", OTHER)
+def test_every_component_builds_and_validation_is_skipped(other_built, target):
+    manifest = json.loads((other_built / f"results/manifest/{target}.json").read_text())
+    assert {e["component"] for e in manifest["libraries"]} == set(COMPONENTS)
+    for entry in manifest["libraries"]:
+        assert entry["validated"] is False and entry["passed"] is False
+        assert entry["architecture"] == ("cuda:sm_90" if target == "cuda" else "aarch64")
+        report = json.loads((other_built / entry["validation"]).read_text())
+        assert report["status"] == "skipped" and report["passed"] is False
+        if target == "cuda":
+            assert report["reason"] == "no CUDA device"
+            assert entry["lstm"] in ("none", "unroll")
+        so = (other_built / entry["library"]).read_bytes()
+        machine = int.from_bytes(so[18:20], "little")  # ELF e_machine
+        assert machine == (0xB7 if target == "aarch64" else 0x3E)  # AArch64 / x86-64
+
+
+def test_runtime_refuses_unvalidated_libraries(other_built):
+    from kokoro_tvm.runtime import RuntimeLibraryError, TvmEngine
+
+    with pytest.raises(RuntimeLibraryError, match="not validated"):
+        TvmEngine(other_built, target="aarch64")
+
+
+@pytest.fixture(scope="module")
+def aarch64_python():
+    """Debian's arm64 Python under qemu-user with a runtime-only TVM (installed if missing)."""
+    done = subprocess.run([str(REPO / "tools/cross/aarch64_env.sh")], capture_output=True,
+                          text=True, check=True)
+    return done.stdout.strip().splitlines()[-1] + "/python"
+
+
+def test_aarch64_bert_runs_under_emulation_and_matches_pytorch(other_built, aarch64_python,
+                                                               tmp_path):
+    from kokoro_tvm import paths
+    from kokoro_tvm.components import COMPONENTS as SPECS, config_of, run_reference
+    from kokoro_tvm.model import load_kmodel
+    from kokoro_tvm.validate import TIGHT_RELATIVE, tight_metrics
+
+    manifest = json.loads((other_built / "results/manifest/aarch64.json").read_text())
+    entry = next(e for e in manifest["libraries"] if e["component"] == "bert")
+    kmodel = load_kmodel(other_built / paths.ASSET_CONFIG, other_built / paths.ASSET_WEIGHTS,
+                         disable_complex=True)
+    component = SPECS["bert"]
+    inputs = component.example_inputs(config_of(kmodel), entry["bucket"], 0)
+    ref = run_reference(kmodel, "bert", inputs)
+    fn = component.functions[0]
+    np.savez(tmp_path / "in.npz", **{i: ref[i].numpy() for i in fn.inputs})
+    subprocess.run([aarch64_python, "-m", "kokoro_tvm.bare", "--library",
+                    str(other_built / entry["library"]),
+                    "--params", str(other_built / paths.PARAMS.format(component="bert")),
+                    "--function", fn.name, "--inputs", str(tmp_path / "in.npz"),
+                    "--out", str(tmp_path / "out.npz")],
+                   check=True, cwd=REPO, env={"PYTHONPATH": str(REPO)}, timeout=600)
+    outs = np.load(tmp_path / "out.npz")
+    for index, name in enumerate(fn.outputs):
+        metrics = tight_metrics(outs[f"arr_{index}"], ref[name].numpy(), TIGHT_RELATIVE)
+        assert metrics["relative_error"]["passed"], metrics
