@@ -22,19 +22,36 @@ def _engine(args: argparse.Namespace):
 
 
 def say(args: argparse.Namespace) -> int:
-    from kokoro_tvm.speech import SAMPLE_RATE, speak, write_wav
+    import numpy as np
 
+    from kokoro_tvm.speech import SAMPLE_RATE, speak_chunks, write_wav
+
+    if args.output == "-" and not args.stream:
+        raise UserError("-o - writes raw PCM as chunks finish: add --stream")
     started = time.perf_counter()
     engine = _engine(args)
     loaded = time.perf_counter()
-    audio = speak(engine, args.text, args.voice, lang=args.lang, speed=args.speed, seed=args.seed,
-                  root=args.root)
-    write_wav(args.output, audio)
+    chunks, first_audio = [], None
+    for chunk in speak_chunks(engine, args.text, args.voice, lang=args.lang, speed=args.speed,
+                              seed=args.seed, root=args.root, per_sentence=args.stream):
+        first_audio = first_audio or time.perf_counter() - loaded
+        chunks.append(chunk)
+        if args.stream and args.output == "-":  # raw 16-bit 24 kHz mono, as each chunk is ready
+            pcm = np.clip(chunk * 32767, -32768, 32767).astype("<i2")
+            sys.stdout.buffer.write(pcm.tobytes())
+            sys.stdout.buffer.flush()
+        if args.stream or args.verbose:
+            print(f"  chunk {len(chunks)}: {len(chunk) / SAMPLE_RATE:.2f} s of audio at "
+                  f"{time.perf_counter() - loaded:.2f} s", file=sys.stderr)
+    audio = np.concatenate(chunks)
+    if args.output != "-":
+        write_wav(args.output, audio)
     seconds, spent = len(audio) / SAMPLE_RATE, time.perf_counter() - loaded
     print(f"{args.output}: {seconds:.2f} s of audio in {spent:.2f} s (real-time factor "
           f"{spent / seconds:.3f}, {args.engine})", file=sys.stderr)
     if args.verbose:
-        print(f"  load {loaded - started:.2f} s", file=sys.stderr)
+        print(f"  load {loaded - started:.2f} s, first audio after {first_audio:.2f} s",
+              file=sys.stderr)
         for stage, stage_seconds in getattr(engine, "timings", {}).items():
             print(f"  {stage} {stage_seconds:.2f} s", file=sys.stderr)
     return 0
@@ -45,7 +62,9 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True)
     p = commands.add_parser("say", help="synthesize text to a wav file")
     p.add_argument("text", help="the text to speak")
-    p.add_argument("-o", "--output", required=True, help="wav file to write (24 kHz, 16-bit)")
+    p.add_argument("-o", "--output", required=True,
+                   help="wav file to write (24 kHz, 16-bit); with --stream, - writes raw PCM "
+                        "to stdout as each chunk finishes")
     p.add_argument("--voice", default="af_heart",
                    help="a voice name or a blend like af_heart:0.7,am_adam:0.3")
     p.add_argument("--lang", default="en-us", choices=g2p.LANGUAGES)
@@ -56,7 +75,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="llvm", help="which target's libraries (tvm engine)")
     p.add_argument("--lstm", default=None,
                    help="LSTM lowering to use when several are built (tvm engine)")
-    p.add_argument("--verbose", action="store_true", help="print per-stage times")
+    p.add_argument("--stream", action="store_true", help="emit and report chunks as they finish")
+    p.add_argument("--verbose", action="store_true",
+                   help="print first-audio latency and per-stage times")
     p.add_argument("--root", default=".", help="folder holding results/ (the built assets)")
     p.set_defaults(run=say)
     return top

@@ -108,6 +108,11 @@ def split_phonemes(phonemes: str, limit: int = MAX_TOKENS) -> list[str]:
     return split(phonemes.strip(), 0)
 
 
+def sentences(phonemes: str) -> list[str]:
+    """The phoneme string cut after every sentence end."""
+    return [p for p in re.split(_BREAKS[0], phonemes.strip()) if p.strip()]
+
+
 def halve_phonemes(phonemes: str) -> list[str]:
     """Two pieces cut at the boundary nearest the middle (sentence end, else clause, else word);
     a single word stays whole."""

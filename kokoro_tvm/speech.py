@@ -33,12 +33,16 @@ def load_vocab(root: str | Path = ".") -> dict[str, int]:
     return config["vocab"]
 
 
-def phoneme_chunks(text: str, lang: str, vocab: dict[str, int]) -> list[str]:
-    """Phoneme pieces of at most g2p.MAX_TOKENS tokens, cut at sentence and clause boundaries."""
+def phoneme_chunks(text: str, lang: str, vocab: dict[str, int], *,
+                   per_sentence: bool = False) -> list[str]:
+    """Phoneme pieces of at most g2p.MAX_TOKENS tokens, cut at sentence and clause boundaries;
+    ``per_sentence`` makes every sentence its own piece (earlier first audio when streaming)."""
     if not text.strip():
         raise SpeechError("the text is empty: give some words to speak")
     phonemes = g2p.phonemizer(lang)(text)
-    pieces = [piece for piece in g2p.split_phonemes(phonemes) if g2p.token_ids(piece, vocab)]
+    sentences = g2p.sentences(phonemes) if per_sentence else [phonemes]
+    pieces = [piece for sentence in sentences for piece in g2p.split_phonemes(sentence)
+              if g2p.token_ids(piece, vocab)]
     if not pieces:
         raise SpeechError(f"nothing speakable in {text[:40]!r}: the {lang} G2P gave no phonemes")
     return pieces
@@ -77,10 +81,11 @@ def _synthesize_piece(engine: Engine, piece: str, table: np.ndarray, vocab: dict
 
 
 def speak_chunks(engine: Engine, text: str, voice: str, *, lang: str = "en-us", speed: float = 1.0,
-                 seed: int = 0, root: str | Path = ".") -> Iterator[np.ndarray]:
+                 seed: int = 0, root: str | Path = ".",
+                 per_sentence: bool = False) -> Iterator[np.ndarray]:
     """Audio per chunk as each finishes, edges faded so that chunks join without clicks."""
     table, vocab = load_voice(voice, root), load_vocab(root)
-    for i, piece in enumerate(phoneme_chunks(text, lang, vocab)):
+    for i, piece in enumerate(phoneme_chunks(text, lang, vocab, per_sentence=per_sentence)):
         for audio in _synthesize_piece(engine, piece, table, vocab, speed, seed + i):
             yield _faded(audio)
 

@@ -69,3 +69,17 @@ def test_cli_errors_are_one_line_and_leave_no_file(real_assets, tmp_path):
                               capture_output=True, text=True)
         assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
         assert not out.exists()
+
+
+def test_stream_emits_each_sentence_as_raw_pcm(real_assets):
+    done = subprocess.run([sys.executable, "-m", "kokoro_tvm.cli", "say",
+                           "Hello there. How are you today?", "--engine", "torch", "--stream",
+                           "-o", "-", "--verbose", "--root", str(real_assets)],
+                          capture_output=True)
+    stderr = done.stderr.decode()
+    assert done.returncode == 0, stderr
+    assert "chunk 1:" in stderr and "chunk 2:" in stderr and "first audio after" in stderr
+    pcm = np.frombuffer(done.stdout, dtype="<i2")
+    assert 2.0 < len(pcm) / SAMPLE_RATE < 5.0
+    heard = transcribe(pcm.astype(np.float32) / 32767)
+    assert word_error_rate("Hello there. How are you today?", heard) <= 0.4, heard
