@@ -24,10 +24,14 @@ def _engine(args: argparse.Namespace):
 def say(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from kokoro_tvm.speech import SAMPLE_RATE, speak_chunks, write_wav
+    from kokoro_tvm.speech import SAMPLE_RATE, SpeechError, speak_chunks, write_wav
+    from kokoro_tvm.voices import load_voice
 
     if args.output == "-" and not args.stream:
         raise UserError("-o - writes raw PCM as chunks finish: add --stream")
+    if not args.text.strip():  # fail before the engine spends seconds loading
+        raise SpeechError("the text is empty: give some words to speak")
+    load_voice(args.voice, args.root)
     started = time.perf_counter()
     engine = _engine(args)
     loaded = time.perf_counter()
