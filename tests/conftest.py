@@ -49,17 +49,22 @@ def real_assets(tmp_path_factory) -> Path:
 WORKFLOW_PARTS = ("Snakefile", "config.yaml", "rules", "workflow_scripts", "envs", "kokoro_tvm")
 
 
+def copy_workflow(dest: Path, parts=WORKFLOW_PARTS) -> Path:
+    """The workflow's files copied to ``dest``, so that edits to the checkout (or by a test)
+    do not make a build stale through Snakemake's code rerun trigger."""
+    for part in parts:
+        source = REPO / part
+        if source.is_dir():
+            shutil.copytree(source, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, dest / part)
+    return dest
+
+
 @pytest.fixture(scope="session")
 def workflow(tmp_path_factory) -> Path:
     """A copy of the workflow whose code files tests may edit without touching the repository."""
-    copy = tmp_path_factory.mktemp("workflow")
-    for part in WORKFLOW_PARTS:
-        source = REPO / part
-        if source.is_dir():
-            shutil.copytree(source, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, copy / part)
-    return copy
+    return copy_workflow(tmp_path_factory.mktemp("workflow"))
 
 
 @pytest.fixture(scope="session")

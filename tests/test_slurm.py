@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, REPO, TINY, run_snakemake
+from conftest import BIN, TINY, copy_workflow, run_snakemake
 
 sys.path.insert(0, str(Path(__file__).parent / "slurm"))
 from cluster import Cluster, install_with_apt, missing_programs  # noqa: E402
@@ -51,14 +51,7 @@ TEST_OVERRIDES = {
 def workflow(tmp_path_factory) -> Path:
     """A copy of the workflow (profiles included), so that edits to the checkout while the
     module runs do not make its builds stale (Snakemake's code rerun trigger)."""
-    copy = tmp_path_factory.mktemp("workflow")
-    for part in WORKFLOW_PARTS:
-        source = REPO / part
-        if source.is_dir():
-            shutil.copytree(source, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, copy / part)
-    return copy
+    return copy_workflow(tmp_path_factory.mktemp("workflow"), WORKFLOW_PARTS)
 
 
 @pytest.fixture(scope="module")
