@@ -41,7 +41,7 @@ def time_library(library: PathLike, params: PathLike, function: str,
     import tvm
     from tvm import relax
 
-    from kokoro_tvm.validate import parameter_names
+    from kokoro_tvm.library import parameter_names
 
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
     inputs = _inputs(signature, seed)

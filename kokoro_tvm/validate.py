@@ -42,7 +42,7 @@ from tvm import relax
 from kokoro_tvm.components import (COMPONENTS, Component, config_of, crop, run_exact_length,
                                    run_reference, valid_length)
 from kokoro_tvm.errors import UserError
-from kokoro_tvm.library import Library, Weights, parameter_names  # noqa: F401 (bench_lstm)
+from kokoro_tvm.library import Library, Weights
 
 TIGHT_RELATIVE = 1e-4
 # The chained waveform's bars (module docstring: measurements).
