@@ -20,6 +20,8 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from kokoro_tvm.library import parameter_names
+
 
 def load_cuda_runtime() -> None:
     """libtvm_runtime_cuda beside libtvm_runtime (runtime-only TVM does not autoload backends)."""
@@ -64,16 +66,12 @@ class BareLibrary:
         self.weights = weights
         self._on_device: dict = {}
 
-    def parameter_names(self, function: str) -> list[str]:
-        return [self.vm._get_function_param_name(function, i)
-                for i in range(self.vm._get_function_arity(function))]
-
     def prepare(self, function: str, inputs: Mapping[str, np.ndarray]) -> Callable[[], object]:
         """A call of ``function`` with everything already on the device (for timing)."""
         import tvm
 
         args = []
-        for name in self.parameter_names(function):
+        for name in parameter_names(self.vm, function):
             if name in inputs:
                 args.append(tvm.runtime.tensor(np.ascontiguousarray(inputs[name]), self.dev))
             elif name in self.weights:

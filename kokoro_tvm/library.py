@@ -12,10 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import tvm
-from tvm import relax
+# The runtime's VM class (relax.VirtualMachine is this one), so that a runtime-only TVM without
+# the compiler package can load libraries too (kokoro_tvm/bare.py).
+from tvm.runtime.vm import VirtualMachine
 
 
-def parameter_names(vm: relax.VirtualMachine, function: str) -> list[str]:
+def parameter_names(vm: VirtualMachine, function: str) -> list[str]:
     """A VM function's parameter names in call order: inputs first, then weights."""
     return [vm._get_function_param_name(function, i) for i in range(vm._get_function_arity(function))]
 
@@ -43,7 +45,7 @@ class Library:
     def __init__(self, so_path: str | os.PathLike, weights: Weights):
         self.path = Path(so_path)
         self.weights = weights
-        self.vm = relax.VirtualMachine(tvm.runtime.load_module(str(so_path)), weights.device)
+        self.vm = VirtualMachine(tvm.runtime.load_module(str(so_path)), weights.device)
 
     def __call__(self, function: str, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Runs ``function``; parameters come from ``inputs`` by name, else from the weights."""
