@@ -42,16 +42,22 @@ def conv1d_compute(x: te.Tensor, w: te.Tensor, stride: int, padding: tuple[int, 
     return te.compute((n, c_out, out_len), lambda b, f, t: y[b, f, t], name="crop")
 
 
+def static_float32_ncw(call: relax.Call, kernel_layout: str) -> bool:
+    """Whether a 1-d (transposed) convolution is what our contractions cover: NCW data, the
+    given kernel layout, float32 throughout, static shapes."""
+    attrs, (x, w) = call.attrs, call.args
+    return (attrs.data_layout == "NCW" and attrs.kernel_layout == kernel_layout
+            and attrs.out_layout == "NCW" and x.ty.dtype == w.ty.dtype == "float32"
+            and str(attrs.out_dtype) in ("", "None", "float32")
+            and all(isinstance(d, tvm.ir.prim.expr.IntImm) for d in (*x.ty.shape, *w.ty.shape)))
+
+
 def legalize_conv1d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     """relax.nn.conv1d -> the padded contraction (TVM's own legalization where unsupported)."""
     attrs = call.attrs
     x, w = call.args
-    supported = (attrs.data_layout == "NCW" and attrs.kernel_layout == "OIW"
-                 and attrs.out_layout == "NCW" and x.ty.dtype == w.ty.dtype == "float32"
-                 and str(attrs.out_dtype) in ("", "None", "float32")
-                 and all(isinstance(d, tvm.ir.prim.expr.IntImm) for d in (*x.ty.shape, *w.ty.shape)))
-    if not supported:
-        return _default(bb, call)
+    if not static_float32_ncw(call, kernel_layout="OIW"):
+        return default_legalization(bb, call)
     facts = cpu_facts(tvm.target.Target.current(allow_none=False))
     length = int(x.ty.shape[2])
     stride, dilation = int(attrs.strides[0]), int(attrs.dilation[0])
@@ -62,5 +68,5 @@ def legalize_conv1d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
                       vec_multiple(facts, int(w.ty.shape[0]), out_len), primfunc_name_hint="conv1d")
 
 
-def _default(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+def default_legalization(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)

@@ -19,6 +19,7 @@ import tvm
 from tvm import relax, te, tirx
 
 from kokoro_tvm.compile.schedules.contraction import annotation, vec_multiple
+from kokoro_tvm.compile.schedules.conv1d import default_legalization, static_float32_ncw
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
 
 
@@ -67,14 +68,9 @@ def legalize_conv1d_transpose(bb: relax.BlockBuilder, call: relax.Call) -> relax
     """relax.nn.conv1d_transpose -> polyphase (TVM's own legalization where unsupported)."""
     attrs = call.attrs
     x, w = call.args
-    supported = (attrs.data_layout == "NCW" and attrs.kernel_layout == "IOW"
-                 and attrs.out_layout == "NCW" and x.ty.dtype == w.ty.dtype == "float32"
-                 and str(attrs.out_dtype) in ("", "None", "float32")
-                 and int(attrs.dilation[0]) == 1
-                 and all(isinstance(d, tvm.ir.prim.expr.IntImm)
-                         for d in (*x.ty.shape, *w.ty.shape)))
+    supported = static_float32_ncw(call, kernel_layout="IOW") and int(attrs.dilation[0]) == 1
     if not supported:
-        return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+        return default_legalization(bb, call)
     facts = cpu_facts(tvm.target.Target.current(allow_none=False))
     stride, groups = int(attrs.strides[0]), int(attrs.groups)
     padding = (int(attrs.padding[0]), int(attrs.padding[1]))
