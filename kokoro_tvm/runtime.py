@@ -63,9 +63,9 @@ class Buckets:
             self.loaded[bucket] = Library(self.root / self.entries[bucket]["library"], self.weights)
         return self.loaded[bucket]
 
-    def run(self, size: int, function: str, inputs: dict[str, np.ndarray]) -> tuple[int, list]:
-        bucket = self.fit(size)
-        return bucket, self.library(bucket)(function, inputs)
+    def run(self, bucket: int, function: str, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """``function`` of the library at ``bucket`` (a size ``fit`` chose)."""
+        return self.library(bucket)(function, inputs)
 
 
 def _check(path: Path, expected: str, what: str) -> None:
@@ -166,12 +166,12 @@ class TvmEngine:
 
         started = time.perf_counter()
         bucket = c["bert"].fit(n)
-        _, (d_en,) = c["bert"].run(n, "main", text_inputs(bucket))
+        (d_en,) = c["bert"].run(bucket, "main", text_inputs(bucket))
         bucket = c["duration"].fit(n)
-        _, (d, durations) = c["duration"].run(n, "main", {
+        (d, durations) = c["duration"].run(bucket, "main", {
             **text_inputs(bucket), "d_en": _padded(d_en[:, :, :n], bucket), "s": style_prosody})
         bucket = c["text_encoder"].fit(n)
-        _, (t_en,) = c["text_encoder"].run(n, "main", text_inputs(bucket))
+        (t_en,) = c["text_encoder"].run(bucket, "main", text_inputs(bucket))
         self._timed("text", started)
 
         started = time.perf_counter()
@@ -184,7 +184,7 @@ class TvmEngine:
 
         started = time.perf_counter()
         bucket = c["f0n"].fit(total)
-        _, (f0, noise_n) = c["f0n"].run(total, "main", {
+        (f0, noise_n) = c["f0n"].run(bucket, "main", {
             "en": _padded(en, bucket), "s": style_prosody,
             "frame_mask": np.arange(bucket)[None, :] >= total})  # True on padding
         self._timed("f0n", started)
@@ -195,10 +195,10 @@ class TvmEngine:
         f0 = _padded(f0[:, :2 * total], 2 * bucket)
         noise_n = _padded(noise_n[:, :2 * total], 2 * bucket)
         common = {"f0": f0, "frame_mask": np.arange(bucket)[None, :] >= total}  # True on padding
-        _, (har,) = c["decoder"].run(total, "source", {
+        (har,) = c["decoder"].run(bucket, "source", {
             **common, "phase_noise": phase_noise,
             "sine_noise": _padded(sine_noise, SAMPLES_PER_FRAME * bucket, axis=1)})
-        _, (audio,) = c["decoder"].run(total, "body", {
+        (audio,) = c["decoder"].run(bucket, "body", {
             **common, "asr": _padded(asr, bucket), "n": noise_n, "s": style_decoder, "har": har})
         self._timed("decoder", started)
         return audio[0, :SAMPLES_PER_FRAME * total].astype(np.float32), frames

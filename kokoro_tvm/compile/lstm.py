@@ -142,6 +142,17 @@ def _lanes(n: int, widest: int = 16) -> int:
     return lanes
 
 
+@T.macro
+def _cell_update(H, gates, c, h, out, b, t, d):
+    """One step's cell and hidden state from the gate pre-activations (torch's i, f, g, o
+    order), written to ``out``; shared by both recurrence kernels."""
+    for j in range(H):
+        c[j] = (T.sigmoid(gates[H + j]) * c[j]
+                + T.sigmoid(gates[j]) * T.tanh(gates[2 * H + j]))
+        h[j] = T.sigmoid(gates[3 * H + j]) * T.tanh(c[j])
+        out[b, t, d * H + j] = h[j]
+
+
 def recurrence_kernel(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimFunc:
     """Scalar recurrence: xproj [B, T, 2, 4H], w_hh [2, 4H, H] (torch's layout), lengths [B]
     -> out [B, T, 2H]. Shapes are constants, so the IR has the same size at every bucket."""
@@ -168,11 +179,7 @@ def recurrence_kernel(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimFunc:
                             gates[g] = xproj[b, t, d, g]
                             for k in range(H):
                                 gates[g] = gates[g] + w_hh[d, g, k] * h[k]
-                        for j in range(H):
-                            c[j] = (T.sigmoid(gates[H + j]) * c[j]
-                                    + T.sigmoid(gates[j]) * T.tanh(gates[2 * H + j]))
-                            h[j] = T.sigmoid(gates[3 * H + j]) * T.tanh(c[j])
-                            out[b, t, d * H + j] = h[j]
+                        _cell_update(H, gates, c, h, out, b, t, d)
                     else:
                         for j in range(H):
                             out[b, t, d * H + j] = T.float32(0)
@@ -211,11 +218,7 @@ def recurrence_kernel_vec(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimF
                                 for g1 in T.vectorized(V):
                                     gates[g0 * V + g1] = (gates[g0 * V + g1]
                                                           + h[k] * w_hh_t[d, k, g0 * V + g1])
-                        for j in range(H):
-                            c[j] = (T.sigmoid(gates[H + j]) * c[j]
-                                    + T.sigmoid(gates[j]) * T.tanh(gates[2 * H + j]))
-                            h[j] = T.sigmoid(gates[3 * H + j]) * T.tanh(c[j])
-                            out[b, t, d * H + j] = h[j]
+                        _cell_update(H, gates, c, h, out, b, t, d)
                     else:
                         for j in range(H):
                             out[b, t, d * H + j] = T.float32(0)
