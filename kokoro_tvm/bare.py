@@ -3,7 +3,7 @@
 What runs where the full TVM wheel is not installed: on a GPU machine (tools/gpu_check) and
 under qemu-user for cross-compiled libraries (tests/test_targets.py), with ``TVM_USE_RUNTIME_LIB=1``
 and only libtvm_runtime (+ libtvm_runtime_cuda for CUDA) beside the tvm and tvm_ffi packages.
-Parameters are bound by name as in ``library.Library``: inputs first, then weights.
+Parameters are bound as in ``library.Library``, which needs nothing beyond the runtime.
 
 CLI (one function, arrays in and out as .npz):
     python -m kokoro_tvm.bare --library b16.so --params bert.npz --function bert \\
@@ -16,11 +16,11 @@ import ctypes
 import json
 import time
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Mapping
 
 import numpy as np
 
-from kokoro_tvm.library import parameter_names
+from kokoro_tvm.library import Library, Weights
 
 
 def load_cuda_runtime() -> None:
@@ -54,63 +54,26 @@ def _loaded_cuda():
     return tvm.cuda(0)
 
 
-class BareLibrary:
-    """One library on one device; weights (name -> numpy array) moved to the device once."""
+class BareLibrary(Library):
+    """One library on one device (``cpu`` or ``cuda``); weights (name -> numpy array) moved to
+    the device and prepared once."""
 
     def __init__(self, so_path: str | Path, weights: Mapping[str, np.ndarray], kind: str = "cpu"):
-        import tvm
-        from tvm.runtime.vm import VirtualMachine
-
-        self.dev = device(kind)
-        self.vm = VirtualMachine(tvm.runtime.load_module(str(so_path)), self.dev)
-        self.weights = weights
-        self._on_device: dict = {}
-
-    def prepare(self, function: str, inputs: Mapping[str, np.ndarray]) -> Callable[[], object]:
-        """A call of ``function`` with everything already on the device (for timing)."""
-        import tvm
-
-        args = []
-        for name in parameter_names(self.vm, function):
-            if name in inputs:
-                args.append(tvm.runtime.tensor(np.ascontiguousarray(inputs[name]), self.dev))
-            elif name in self.weights:
-                if name not in self._on_device:
-                    self._on_device[name] = tvm.runtime.tensor(
-                        np.ascontiguousarray(self.weights[name]), self.dev)
-                args.append(self._on_device[name])
-            else:
-                raise KeyError(f"{function} needs '{name}': neither an input nor a weight")
-        func = self.vm[function]
-        return lambda: func(*args)
-
-    def sync(self) -> None:
-        self.dev.sync()
-
-    def __call__(self, function: str, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        return as_list(self.prepare(function, inputs)())
+        super().__init__(so_path, Weights(weights, device(kind)))
 
     def time_ms(self, function: str, inputs: Mapping[str, np.ndarray], repeat: int = 10
                 ) -> float:
         """Median wall milliseconds of one call (after one warm-up), synchronised."""
-        call = self.prepare(function, inputs)
+        call = self.bind(function, inputs)
         call()
-        self.sync()
+        self.device.sync()
         times = []
         for _ in range(repeat):
             start = time.perf_counter()
             call()
-            self.sync()
+            self.device.sync()
             times.append((time.perf_counter() - start) * 1e3)
         return float(np.median(times))
-
-
-def as_list(out) -> list[np.ndarray]:
-    import tvm
-
-    if isinstance(out, tvm.runtime.Tensor):
-        return [out.numpy()]
-    return [a for o in out for a in as_list(o)]
 
 
 def main() -> None:

@@ -37,22 +37,16 @@ def _inputs(signature: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
 
 def time_library(library: PathLike, params: PathLike, function: str,
                  signature: dict[str, Any], repeats: int, seed: int = 0) -> dict[str, float]:
-    """Median and minimum milliseconds of ``repeats`` calls, after one warm-up call."""
-    import tvm
-    from tvm import relax
+    """Median and minimum milliseconds of ``repeats`` calls, after one warm-up call (which also
+    prepares the weights)."""
+    from kokoro_tvm.library import Library, Weights
 
-    from kokoro_tvm.library import parameter_names
-
-    vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
-    inputs = _inputs(signature, seed)
-    with np.load(params) as weights:
-        args = [tvm.runtime.tensor(inputs[n] if n in inputs else weights[n])
-                for n in parameter_names(vm, function)]
-    vm[function](*args)
+    call = Library(library, Weights(params)).bind(function, _inputs(signature, seed))
+    call()
     seconds = []
     for _ in range(repeats):
         start = time.perf_counter()
-        vm[function](*args)
+        call()
         seconds.append(time.perf_counter() - start)
     return {"latency_ms_median": 1e3 * statistics.median(seconds),
             "latency_ms_min": 1e3 * min(seconds), "repeats": repeats}

@@ -1,14 +1,18 @@
 """Calling compiled libraries: a Relax VM per library, weights bound by the names it reports.
 
-A library's functions take their inputs first, then the weights they read, each parameter named
-(inputs by the component's input names, weights by KModel state-dict keys). Callers pass inputs
-by name and the weights come from the component's params file, so no argument order is stored
-anywhere else. Weights are turned into device tensors once and shared by every bucket.
+Each function ``f`` of a library comes with ``f_transform_params`` (lifted in the lower stage):
+everything ``f`` computes from weights alone (transposed matmul weights, weight-normalised conv
+kernels, ALBERT's shared layer weights once instead of twelve times). It takes the weights by
+KModel state-dict key and returns them prepared; ``f`` then takes its inputs by name, followed
+by the prepared weights in that order. A library's weights are prepared once, on first use.
+Callers pass inputs by name and the weights come from the component's params file, so no
+argument order is stored anywhere else.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable, Mapping
 
 import numpy as np
 import tvm
@@ -16,26 +20,47 @@ import tvm
 # the compiler package can load libraries too (kokoro_tvm/bare.py).
 from tvm.runtime.vm import VirtualMachine
 
+from kokoro_tvm.abi import TRANSFORM_SUFFIX
+
 
 def parameter_names(vm: VirtualMachine, function: str) -> list[str]:
-    """A VM function's parameter names in call order: inputs first, then weights."""
+    """A VM function's parameter names in call order."""
     return [vm._get_function_param_name(function, i) for i in range(vm._get_function_arity(function))]
 
 
-class Weights:
-    """One component's params file, converted to device tensors on first use, then cached."""
+def prepare_weights(vm: VirtualMachine, function: str, weight: Callable[[str], object],
+                    library: str | os.PathLike = "library") -> list:
+    """The prepared weights ``function`` takes after its inputs: its transform function run on
+    ``weight(name)`` for each weight it names."""
+    transform = function + TRANSFORM_SUFFIX
+    if not vm.module.implements_function(transform):
+        raise KeyError(f"{library} has no {transform}: it was built before weight transforms "
+                       "were lifted; rebuild it with snakemake")
+    return as_tensors(vm[transform](*[weight(name) for name in parameter_names(vm, transform)]))
 
-    def __init__(self, npz: str | os.PathLike, device=None):
-        self.npz = np.load(npz)
+
+def input_names(vm: VirtualMachine, function: str, prepared: list) -> list[str]:
+    """The names of ``function``'s inputs: its parameters before the prepared weights."""
+    names = parameter_names(vm, function)
+    return names[:len(names) - len(prepared)]
+
+
+class Weights:
+    """One component's weights (a params .npz path, or name -> array), converted to device
+    tensors on first use, then cached."""
+
+    def __init__(self, source: str | os.PathLike | Mapping[str, np.ndarray], device=None):
+        self.arrays = np.load(source) if isinstance(source, (str, os.PathLike)) else source
         self.device = device or tvm.cpu()
         self._tensors: dict[str, tvm.runtime.Tensor] = {}
 
     def __contains__(self, name: str) -> bool:
-        return name in self.npz.files
+        return name in self.arrays
 
     def __getitem__(self, name: str):
         if name not in self._tensors:
-            self._tensors[name] = tvm.runtime.tensor(self.npz[name], self.device)
+            self._tensors[name] = tvm.runtime.tensor(np.ascontiguousarray(self.arrays[name]),
+                                                     self.device)
         return self._tensors[name]
 
 
@@ -45,24 +70,40 @@ class Library:
     def __init__(self, so_path: str | os.PathLike, weights: Weights):
         self.path = Path(so_path)
         self.weights = weights
+        self.device = weights.device
         self.vm = VirtualMachine(tvm.runtime.load_module(str(so_path)), weights.device)
+        self._prepared: dict[str, list] = {}
 
-    def __call__(self, function: str, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Runs ``function``; parameters come from ``inputs`` by name, else from the weights."""
-        args = []
-        for name in parameter_names(self.vm, function):
-            if name in inputs:
-                args.append(tvm.runtime.tensor(np.ascontiguousarray(inputs[name]),
-                                               self.weights.device))
-            elif name in self.weights:
-                args.append(self.weights[name])
-            else:
-                raise KeyError(f"{self.path}: {function} needs '{name}', neither an input "
-                               "nor a weight of its params file")
-        return _as_list(self.vm[function](*args))
+    def _weight(self, name: str):
+        if name not in self.weights:
+            raise KeyError(f"{self.path}: needs weight '{name}', missing from its params file")
+        return self.weights[name]
+
+    def prepared(self, function: str) -> list:
+        """``function``'s prepared weights (computed on the first call, then kept)."""
+        if function not in self._prepared:
+            self._prepared[function] = prepare_weights(self.vm, function, self._weight, self.path)
+        return self._prepared[function]
+
+    def bind(self, function: str, inputs: Mapping[str, np.ndarray]) -> Callable[[], object]:
+        """A call of ``function`` with its arguments already on the device (for timing too)."""
+        weights = self.prepared(function)
+        names = input_names(self.vm, function, weights)
+        missing = [name for name in names if name not in inputs]
+        if missing:
+            raise KeyError(f"{self.path}: {function} needs inputs {missing}")
+        args = [tvm.runtime.tensor(np.ascontiguousarray(inputs[name]), self.device)
+                for name in names] + weights
+        func = self.vm[function]
+        return lambda: func(*args)
+
+    def __call__(self, function: str, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Runs ``function`` on ``inputs`` (by name); outputs as numpy arrays."""
+        return [t.numpy() for t in as_tensors(self.bind(function, inputs)())]
 
 
-def _as_list(out) -> list[np.ndarray]:
+def as_tensors(out) -> list:
+    """A VM result (a tensor or nested tuples of tensors) as a flat list of tensors."""
     if isinstance(out, tvm.runtime.Tensor):
-        return [out.numpy()]
-    return [a for o in out for a in _as_list(o)]
+        return [out]
+    return [t for o in out for t in as_tensors(o)]

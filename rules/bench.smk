@@ -5,7 +5,7 @@ rule lstm_latency:
     input:
         manifest=rules.manifest.output.manifest,
         params=lstm_params(),
-        code=package_files("bench_lstm.py", "validate.py"),
+        code=package_files("bench_lstm.py", "library.py", "abi.py"),
         script=script("bench_lstm.py"),
     output:
         json=paths.BENCH_LSTM,

@@ -4,7 +4,7 @@
 rule lower:
     input:
         relax=rules.import_relax.output.relax,
-        code=package_files("compile/lower.py", "compile/targets.py", "stages.py"),
+        code=package_files("compile/lower.py", "compile/targets.py", "abi.py", "stages.py"),
         schedules=package_folder("compile/schedules"),
         script=script("lower.py"),
     output:

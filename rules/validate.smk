@@ -8,7 +8,7 @@ rule validate:
         checkpoint=rules.weights.output.checkpoint,
         config=rules.weights.output.config,
         code=package_files("validate.py", "components.py", "packed_lstm.py", "stages.py",
-                           "compile/devices.py", "compile/gpu.py"),
+                           "compile/devices.py", "compile/gpu.py", "library.py", "abi.py"),
         script=script("validate.py"),
     output:
         report=paths.VALIDATION,

@@ -18,7 +18,6 @@ import torch
 import tvm
 import yaml
 from torch import nn
-from tvm import relax
 
 from kokoro_tvm.assets.model_config import kokoro_config
 from kokoro_tvm.compile.build import build_library
@@ -26,6 +25,7 @@ from kokoro_tvm.compile.importer import import_program, import_programs, ir_line
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.lstm import LSTM_METHODS
 from kokoro_tvm.compile.targets import make_target
+from kokoro_tvm.library import Library, Weights
 from kokoro_tvm.components import (COMPONENTS, PATCHES, config_of, crop, export_component,
                                    patched, run_exact_length)
 from kokoro_tvm.model import build_kmodel
@@ -74,9 +74,9 @@ def target():
     return make_target(TARGET)
 
 
-def _vm(mod: tvm.IRModule, target, path: Path) -> relax.VirtualMachine:
+def _library(mod: tvm.IRModule, target, path: Path, params) -> Library:
     build_library(lower(mod, target), target, path)
-    return relax.VirtualMachine(tvm.runtime.load_module(str(path)), tvm.cpu())
+    return Library(path, Weights(params))
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -88,20 +88,15 @@ def test_op_matches_torch_packed_lstm(method, target, tmp_path):
     mod["main"] = func
     for gvar, body in callees.items():
         mod[gvar] = body
-    vm = _vm(mod, target, tmp_path / f"{method}.so")
-    weights = [tvm.runtime.tensor(params[p.name]) for p in func.params[2:]]
+    library = _library(mod, target, tmp_path / f"{method}.so", params)
+    names = [p.name for p in func.params[:2]]
     x = torch.randn(batch, steps, inputs)
     for lengths in ([1, steps, 5], [steps, steps, steps], [2, 1, steps - 1]):
         lengths = torch.tensor(lengths)
-        out = vm["main"](tvm.runtime.tensor(x.numpy()), tvm.runtime.tensor(lengths.numpy()),
-                         *weights)
+        out = library("main", dict(zip(names, (x.numpy(), lengths.numpy()))))
         expected = torch_packed(lstm, x, lengths).numpy()
-        np.testing.assert_allclose(_first(out), expected, rtol=0, atol=1e-5,
+        np.testing.assert_allclose(out[0], expected, rtol=0, atol=1e-5,
                                    err_msg=f"{method}, lengths {lengths.tolist()}")
-
-
-def _first(out) -> np.ndarray:
-    return out.numpy() if isinstance(out, tvm.runtime.Tensor) else _first(out[0])
 
 
 @pytest.mark.parametrize("method", ["tir", "tir_vec"])

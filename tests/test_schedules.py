@@ -19,6 +19,7 @@ from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.schedules.contraction import register_tile
 from kokoro_tvm.compile.schedules.cpu import CpuFacts, cpu_facts
 from kokoro_tvm.compile.targets import make_target
+from kokoro_tvm.library import Library, Weights
 
 TOLERANCE = 1e-5
 TARGETS = {"host": {"kind": "llvm", "mcpu": "host", "num-cores": 2},
@@ -169,3 +170,55 @@ def test_register_tile_fits_and_divides(registers, rows):
     r, m = register_tile(facts, rows, vec_extent=1000)
     assert rows % r == 0
     assert r * m + m + 1 <= registers
+
+
+@pytest.mark.parametrize("target_name", sorted(TARGETS))
+def test_tanh_gelu(target_name, tmp_path):
+    """ALBERT's GELU: tanh and a cube, legalized without libm calls (fast_tanh, products)."""
+    shapes = {"x": (2, 7, 64)}
+
+    def body(x):
+        cube = relax.op.power(x, relax.const(3.0))
+        inner = relax.op.multiply(relax.const(0.7978845608), relax.op.add(
+            x, relax.op.multiply(relax.const(0.044715), cube)))
+        return relax.op.multiply(relax.op.multiply(relax.const(0.5), x),
+                                 relax.op.add(relax.const(1.0), relax.op.tanh(inner)))
+
+    x = np.linspace(-12, 12, 2 * 7 * 64, dtype="float32").reshape(shapes["x"])
+    target = make_target(TARGETS[target_name])
+    got, lowered = _run(_function(shapes, body), target, [x], True, tmp_path)
+    want, _ = _run(_function(shapes, body), target, [x], False, tmp_path)
+    assert float(np.abs(got - want).max()) / float(np.abs(want).max()) <= TOLERANCE
+    assert "powf" not in lowered.script(show_meta=False)
+
+
+def test_weight_transforms_are_lifted(tmp_path):
+    """A Linear used twice (ALBERT shares its layers): transpose and panel packing of the weight
+    move into main_transform_params, which takes the weight by name and runs once per library;
+    main keeps only the contraction."""
+    rows, depth, cols = 5, 24, 40
+    x_var = relax.Var("x", relax.TensorType((rows, depth), "float32"))
+    w_var = relax.Var("linear.weight", relax.TensorType((cols, depth), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x_var, w_var], attrs={"num_input": 1}):
+        with bb.dataflow():
+            first = bb.emit(relax.op.matmul(x_var, relax.op.permute_dims(w_var)))
+            second = bb.emit(relax.op.matmul(x_var, relax.op.permute_dims(w_var)))
+            out = bb.emit_output(bb.emit(relax.op.add(first, second)))
+        bb.emit_func_output(out)
+    target = make_target(TARGETS["host"])
+    lowered = lower(bb.get(), target)
+    names = {gv.name_hint for gv in lowered.get_global_vars()}
+    assert "main_transform_params" in names
+    transform = lowered["main_transform_params"]
+    assert [p.name for p in transform.params] == ["linear.weight"]
+    assert "weight_panels" not in lowered["main"].script(show_meta=False)
+    so = tmp_path / "lifted.so"
+    build_library(lowered, target, so)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((rows, depth)).astype("float32")
+    w = rng.standard_normal((cols, depth)).astype("float32")
+    library = Library(so, Weights({"linear.weight": w}))
+    (got,) = library("main", {"x": x})
+    np.testing.assert_allclose(got, 2 * x @ w.T, rtol=1e-5, atol=1e-4)
+    assert len(library.prepared("main")) == 1  # one prepared weight for both uses

@@ -20,6 +20,7 @@ from tvm.support import cc
 
 from kokoro_tvm.atomic import atomic_path
 from kokoro_tvm.compile import gpu
+from kokoro_tvm.abi import TRANSFORM_SUFFIX
 
 
 def _tensor_signature(ty) -> dict[str, Any]:
@@ -36,17 +37,23 @@ def signature(mod: tvm.IRModule) -> dict[str, dict[str, Any]]:
     """Function name -> its inputs (name, shape, dtype), weight names, and outputs.
 
     Read from the Relax functions of an imported or lowered module: the first ``num_input``
-    parameters are the caller's inputs, the rest are weights from the params file.
+    parameters are the caller's inputs; the weights from the params file are the rest, or, once
+    lowered, the parameters of the function's lifted ``_transform_params`` companion.
     """
+    names = {gvar.name_hint for gvar in mod.get_global_vars()}
     functions = {}
     for gvar, func in mod.functions_items():
-        if not isinstance(func, relax.Function) or "num_input" not in func.attrs:
+        name = gvar.name_hint
+        if (not isinstance(func, relax.Function) or "num_input" not in func.attrs
+                or name.endswith(TRANSFORM_SUFFIX)):
             continue
         num_input = int(func.attrs["num_input"])
-        functions[gvar.name_hint] = {
+        weights = (mod[name + TRANSFORM_SUFFIX].params if name + TRANSFORM_SUFFIX in names
+                   else func.params[num_input:])
+        functions[name] = {
             "inputs": [{"name": p.name, **_tensor_signature(p.ty)}
                        for p in func.params[:num_input]],
-            "weights": [p.name for p in func.params[num_input:]],
+            "weights": [p.name for p in weights],
             "outputs": _outputs(func.ret_ty),
         }
     return dict(sorted(functions.items()))

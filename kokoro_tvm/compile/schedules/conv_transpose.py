@@ -9,8 +9,9 @@ So each phase ``r`` is a small conv with ``J = ceil(K / stride)`` taps:
     y[n, c, r, q] = sum_{i, j} xpad[n, group(c) + i, q + shift(r) + J - 1 - j] * wpoly[r, c, i, j]
     out[n, c, o]  = y[n, c, o % stride, o // stride]
 
-``wpoly`` regroups the weight by phase (zeros where a tap falls outside the kernel; a copy of
-the weight per call, since weights are inputs). ``y`` is the contraction (rows: output
+``wpoly`` regroups the weight by phase (zeros where a tap falls outside the kernel), in its own
+kernel: it reads only the weight, so the lower stage lifts it into the library's weight
+transform and it runs once per library, not per call. ``y`` is the contraction (rows: output
 channels, vec: q, padded to whole tiles); the interleave is a separate pass.
 """
 from __future__ import annotations
@@ -28,13 +29,27 @@ def output_length(length: int, kernel: int, stride: int, padding: tuple[int, int
     return (length - 1) * stride - padding[0] - padding[1] + kernel + output_padding
 
 
-def conv1d_transpose_compute(x: te.Tensor, w: te.Tensor, stride: int, padding: tuple[int, int],
-                             output_padding: int, groups: int, multiple: int) -> te.Tensor:
-    n, c_in, length = (int(d) for d in x.shape)
-    _, c_group_out, kernel = (int(d) for d in w.shape)
+def phase_weights(w: te.Tensor, stride: int, left: int, groups: int) -> te.Tensor:
+    """``wpoly[r, c, i, j]``: the IOW weight regrouped by output phase ``r``."""
+    c_in, c_group_out, kernel = (int(d) for d in w.shape)
     c_out, c_group_in = c_group_out * groups, c_in // groups
-    out_len = output_length(length, kernel, stride, padding, output_padding)
     taps = -(-kernel // stride)
+    return te.compute(
+        (stride, c_out, c_group_in, taps),
+        lambda r, c, i, j: tirx.if_then_else(
+            (r + left) % stride + j * stride < kernel,
+            w[(c // c_group_out) * c_group_in + i, c % c_group_out,
+              tirx.min((r + left) % stride + j * stride, kernel - 1)], tirx.const(0, w.dtype)),
+        name="wpoly")
+
+
+def conv1d_transpose_compute(x: te.Tensor, wpoly: te.Tensor, kernel: int,
+                             padding: tuple[int, int], output_padding: int, groups: int,
+                             multiple: int) -> te.Tensor:
+    n, c_in, length = (int(d) for d in x.shape)
+    stride, c_out, c_group_in, taps = (int(d) for d in wpoly.shape)
+    c_group_out = c_out // groups
+    out_len = output_length(length, kernel, stride, padding, output_padding)
     left = padding[0]
     padded = -(-(-(-out_len // stride)) // multiple) * multiple
     max_shift = (stride - 1 + left) // stride
@@ -44,13 +59,6 @@ def conv1d_transpose_compute(x: te.Tensor, w: te.Tensor, stride: int, padding: t
         lambda b, c, t: tirx.if_then_else(tirx.all(t >= taps - 1, t < taps - 1 + length),
                                           x[b, c, t - (taps - 1)], zero),
         name="xpad")
-    wpoly = te.compute(
-        (stride, c_out, c_group_in, taps),
-        lambda r, c, i, j: tirx.if_then_else(
-            (r + left) % stride + j * stride < kernel,
-            w[(c // c_group_out) * c_group_in + i, c % c_group_out,
-              tirx.min((r + left) % stride + j * stride, kernel - 1)], zero),
-        name="wpoly")
     ri = te.reduce_axis((0, c_group_in), "ri")
     rj = te.reduce_axis((0, taps), "rj")
     y = te.compute(
@@ -79,5 +87,8 @@ def legalize_conv1d_transpose(bb: relax.BlockBuilder, call: relax.Call) -> relax
     out_len = output_length(length, kernel, stride, padding, output_padding)
     phases = -(-out_len // stride)
     rows = int(w.ty.shape[1]) * groups
-    return bb.call_te(conv1d_transpose_compute, x, w, stride, padding, output_padding, groups,
-                      vec_multiple(facts, rows, phases), primfunc_name_hint="conv1d_transpose")
+    wpoly = bb.emit(bb.call_te(phase_weights, w, stride, padding[0], groups,
+                               primfunc_name_hint="phase_weights"))
+    return bb.call_te(conv1d_transpose_compute, x, wpoly, kernel, padding, output_padding,
+                      groups, vec_multiple(facts, rows, phases),
+                      primfunc_name_hint="conv1d_transpose")

@@ -1,9 +1,12 @@
 """matmul (bert, projections, LSTM gates, AdaIN style FCs) as a padded contraction.
 
 ``a [..., M, K] @ b [..., K, N]`` with ``b`` either 2-D (a weight) or with the same batch
-dimensions as ``a``. Rows are M, vec is N (contiguous in ``b``), padded to whole tiles: when N
-is not a multiple of the tile, ``b`` is first copied into a zero-padded buffer (small: the
-ragged cases are the decoder's style FCs). Other shapes keep TVM's own legalization.
+dimensions as ``a``. Rows are M, vec is N, padded to whole tiles. A 2-D ``b`` is first packed
+into panels one register tile wide (``[N / tile, K, tile]``), so the kernel streams each tile's
+columns contiguously instead of striding over rows of ``b``; the packing reads only the weight,
+so the lower stage lifts it out of the per-call function and a library packs once. A batched
+``b`` (attention) is read in place, zero-padded when N is ragged. Other shapes keep TVM's own
+legalization.
 """
 from __future__ import annotations
 
@@ -14,23 +17,47 @@ from kokoro_tvm.compile.schedules.contraction import annotation, vec_multiple
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
 
 
-def matmul_compute(a: te.Tensor, b: te.Tensor, multiple: int) -> te.Tensor:
-    *batch, rows, depth = (int(d) for d in a.shape)
-    cols = int(b.shape[-1])
-    padded = -(-cols // multiple) * multiple
-    nb = len(batch)
-    shared_b = len(b.shape) == 2
-    if padded != cols:
-        b_src = b
-        b = te.compute((*b_src.shape[:-1], padded),
-                       lambda *i: tirx.if_then_else(i[-1] < cols, b_src[(*i[:-1], tirx.min(i[-1], cols - 1))],
-                                                    tirx.const(0, b_src.dtype)),
-                       name="b_pad")
-    k = te.reduce_axis((0, depth), "k")
+def _pack_weight(b: te.Tensor, tile: int) -> te.Tensor:
+    """``b [K, N]`` as ``[ceil(N / tile), K, tile]``, zero-padded: each register tile's columns
+    for every k in one contiguous stream. ``b`` is a weight (or a transform of one), so the
+    lower stage lifts this into the library's weight transform: it runs once, not per call."""
+    depth, cols = (int(d) for d in b.shape)
+    panels = -(-cols // tile)
 
-    def body(*i):
-        bi = (k, i[-1]) if shared_b else (*i[:nb], k, i[-1])
-        return te.sum(a[(*i[:nb], i[nb], k)] * b[bi], axis=[k])
+    def packed(p, k, j):
+        n = p * tile + j
+        return tirx.if_then_else(n < cols, b[k, tirx.min(n, cols - 1)], tirx.const(0, b.dtype))
+
+    return te.compute((panels, depth, tile), packed, name="weight_panels")
+
+
+def _pad_columns(b: te.Tensor, padded: int) -> te.Tensor:
+    """Batched ``b [..., K, N]`` zero-padded to ``padded`` columns (attention: small)."""
+    cols = int(b.shape[-1])
+    if padded == cols:
+        return b
+    return te.compute((*b.shape[:-1], padded),
+                      lambda *i: tirx.if_then_else(
+                          i[-1] < cols, b[(*i[:-1], tirx.min(i[-1], cols - 1))],
+                          tirx.const(0, b.dtype)),
+                      name="b_pad")
+
+
+def matmul_compute(a: te.Tensor, b: te.Tensor, cols: int, tile: int, panels: bool) -> te.Tensor:
+    """``a [..., M, K] @ b`` with ``b`` either weight panels (``_pack_weight``) or batched like
+    ``a``; the vec axis (N) padded to whole tiles, then cropped to ``cols``."""
+    *batch, rows, depth = (int(d) for d in a.shape)
+    nb = len(batch)
+    padded = -(-cols // tile) * tile
+    k = te.reduce_axis((0, depth), "k")
+    if panels:
+        def body(*i):
+            return te.sum(a[(*i[:nb], i[nb], k)] * b[i[-1] // tile, k, i[-1] % tile], axis=[k])
+    else:
+        b = _pad_columns(b, padded)
+
+        def body(*i):
+            return te.sum(a[(*i[:nb], i[nb], k)] * b[(*i[:nb], k, i[-1])], axis=[k])
 
     y = te.compute((*batch, rows, padded), body, name="matmul",
                    attrs=annotation(row_axis=nb, vec_axis=nb + 1))
@@ -51,5 +78,8 @@ def legalize_matmul(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     if not supported or int(b_shape[-1]) < facts.lanes():
         return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
     rows, cols = int(a_shape[-2]), int(b_shape[-1])
-    return bb.call_te(matmul_compute, a, b, vec_multiple(facts, rows, cols),
-                      primfunc_name_hint="matmul")
+    tile = vec_multiple(facts, rows, cols)
+    panels = len(b_shape) == 2
+    if panels:
+        b = bb.emit(bb.call_te(_pack_weight, b, tile, primfunc_name_hint="weight_panels"))
+    return bb.call_te(matmul_compute, a, b, cols, tile, panels, primfunc_name_hint="matmul")

@@ -1,0 +1,52 @@
+"""Cheaper forms of two transcendental ops, as legalizations (ALBERT's tanh-GELU uses both).
+
+- ``tanh``: TVM's ``topi.fast_tanh`` (a clamped rational approximation, vectorizable) instead
+  of a scalar libm call per element.
+- ``power`` by a small whole constant (``x ** 3`` in the GELU): repeated multiplication instead
+  of ``powf``, which LLVM cannot vectorize and which is wrong-signed for negative ``x`` unless
+  the exponent is exactly whole.
+
+Everything else keeps TVM's legalization.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relax, te, topi
+
+MAX_WHOLE_EXPONENT = 4
+
+
+def _tvm_legalization(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+
+
+def legalize_tanh(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    if call.args[0].ty.dtype != "float32":
+        return _tvm_legalization(bb, call)
+    return bb.call_te(topi.fast_tanh, call.args[0], primfunc_name_hint="tanh")
+
+
+def _whole_exponent(expr: relax.Expr) -> int | None:
+    """The exponent if it is a scalar constant equal to a whole number in 1..MAX, else None."""
+    if not isinstance(expr, tvm.ir.expr.Constant) or expr.value.numpy().size != 1:
+        return None
+    value = float(expr.value.numpy().reshape(()))
+    return int(value) if value.is_integer() and 1 <= value <= MAX_WHOLE_EXPONENT else None
+
+
+def _repeated_product(x: te.Tensor, exponent: int) -> te.Tensor:
+    def product(*i):
+        value = x(*i)
+        for _ in range(exponent - 1):
+            value = value * x(*i)
+        return value
+
+    return te.compute(x.shape, product, name="power")
+
+
+def legalize_power(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    base, exponent = call.args
+    whole = _whole_exponent(exponent)
+    if whole is None or base.ty.dtype != "float32":
+        return _tvm_legalization(bb, call)
+    return bb.call_te(_repeated_product, base, whole, primfunc_name_hint="power")
