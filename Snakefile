@@ -21,7 +21,13 @@ rule all:
         all_targets(),
 
 
-# Benchmarks: not part of `all`; `snakemake bench_lstm` builds what they need and times it.
+# Benchmarks: not part of `all`; `snakemake bench_lstm` (or bench_components) builds what they
+# need and times it.
 rule bench_lstm:
     input:
         bench_lstm_targets(),
+
+
+rule bench_components:
+    input:
+        bench_components_targets(),

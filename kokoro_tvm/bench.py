@@ -1,92 +1,155 @@
-"""Per-component latency: TVM libraries against PyTorch eager, side by side in one process.
+"""Per-component latency: a target's built libraries against PyTorch eager, side by side.
 
-For each component and bucket: export, import, lower (with our schedules and, optionally,
-without: TVM's plain pipeline), build into a temporary folder, then time the library's
-functions and the PyTorch wrapper's methods on the same example inputs, interleaved
-(TVM, PyTorch, TVM, ...) so that load from other processes hits both alike. Reported: the
-median of each, their ratio, and build seconds. PyTorch runs with ``threads`` threads, as does
-TVM's thread pool (``TVM_NUM_THREADS``, read when the runtime starts: set it before).
+For every library in the target's manifest (component, LSTM method, bucket) and each of its
+functions: the component's example inputs at that bucket (real weights), the library's call and
+the PyTorch wrapper's method timed interleaved in one process (TVM, PyTorch, TVM, ...) so that
+load from other processes hits both alike, with the same thread count (TVM's pool reads
+``TVM_NUM_THREADS`` at start-up: the caller sets it). Reported per function: median
+milliseconds of each, their ratio, FLOPs (PyTorch's flop counter on the same call: matmuls and
+convolutions) and the GFLOP/s each reaches, beside the machine's practical peak: the best
+GFLOP/s PyTorch's BLAS reaches on a large square matmul at that thread count.
 """
 from __future__ import annotations
 
+import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-import numpy as np
 import torch
-import tvm
-from tvm import relax
 
-from kokoro_tvm.compile.build import build_library
-from kokoro_tvm.compile.importer import import_programs
-from kokoro_tvm.compile.lower import lower
-from kokoro_tvm.compile.targets import make_target
-from kokoro_tvm.components import (COMPONENTS, config_of, export_component, patched,
-                                   run_reference)
+from kokoro_tvm.atomic import atomic_path, write_json
+from kokoro_tvm.components import COMPONENTS, config_of, patched, run_reference
+from kokoro_tvm.library import Library, Weights
+
+PathLike = str | Path
+PEAK_MATMUL_SIZE = 2048
 
 
-def _median_seconds(fn, repeats: int) -> list[float]:
-    times = []
+def _interleaved_ms(first: Callable[[], object], second: Callable[[], object],
+                    repeats: int) -> tuple[float, float]:
+    """Median milliseconds of two calls timed alternately, after one warm-up call of each."""
+    first(), second()
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
+        for call, out in ((first, times[0]), (second, times[1])):
+            start = time.perf_counter()
+            call()
+            out.append(1e3 * (time.perf_counter() - start))
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
-def bench_component(kmodel, name: str, bucket: int, target_options: dict[str, Any],
-                    schedule: bool = True, repeats: int = 5, seed: int = 0) -> dict[str, Any]:
-    """One component at one bucket: per function, TVM and PyTorch median seconds and ratio."""
-    component = COMPONENTS[name]
-    target = make_target(target_options)
-    inputs = component.example_inputs(config_of(kmodel), bucket, seed)
-    env = run_reference(kmodel, name, inputs)
-    mod, params = import_programs(export_component(kmodel, name, bucket, seed),
-                                  "unroll" if component.has_lstm else "none")
-    started = time.perf_counter()
-    lowered = lower(mod, target, schedule=schedule)
-    lower_seconds = time.perf_counter() - started
-    wrapper = component.wrapper(kmodel).eval()
-    result: dict[str, Any] = {"component": name, "bucket": bucket, "schedule": schedule,
-                              "lower_seconds": round(lower_seconds, 3), "functions": {}}
-    with tempfile.TemporaryDirectory() as tmp:
-        so = Path(tmp) / "lib.so"
-        info = build_library(lowered, target, so)
-        result["build_seconds"] = info["build_seconds"]
-        vm = relax.VirtualMachine(tvm.runtime.load_module(str(so)), tvm.cpu())
-        for fn in component.functions:
-            names = [vm._get_function_param_name(fn.name, i)
-                     for i in range(vm._get_function_arity(fn.name))]
-            values = {**{k: v.detach().numpy() for k, v in env.items()}, **params}
-            args = [tvm.runtime.tensor(np.ascontiguousarray(values[n])) for n in names]
-            torch_args = tuple(env[i] for i in fn.inputs)
-            method = getattr(wrapper, fn.method)
+def _flops(call: Callable[[], object]) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
 
-            def run_tvm():
-                vm[fn.name](*args)
-
-            def run_torch():
-                with patched(component.patches), torch.no_grad():
-                    method(*torch_args)
-
-            run_tvm(), run_torch()  # warm up
-            tvm_times, torch_times = [], []
-            for _ in range(repeats):
-                tvm_times += _median_seconds(run_tvm, 1)
-                torch_times += _median_seconds(run_torch, 1)
-            t_tvm, t_torch = statistics.median(tvm_times), statistics.median(torch_times)
-            result["functions"][fn.name] = {
-                "tvm_seconds": round(t_tvm, 5), "torch_seconds": round(t_torch, 5),
-                "ratio": round(t_tvm / t_torch, 3)}
-    return result
+    with FlopCounterMode(display=False) as counter:
+        call()
+    return int(counter.get_total_flops())
 
 
-def bench(kmodel, components: list[str], buckets: dict[str, int],
-          target_options: dict[str, Any], threads: int, schedule: bool = True,
-          repeats: int = 5) -> list[dict[str, Any]]:
+def practical_peak_gflops(threads: int, repeats: int = 5) -> float:
+    """Best GFLOP/s of a float32 PEAK_MATMUL_SIZE^2 matmul in PyTorch at ``threads`` threads."""
     torch.set_num_threads(threads)
-    return [bench_component(kmodel, name, buckets[COMPONENTS[name].axis], target_options,
-                            schedule, repeats) for name in components]
+    a = torch.randn(PEAK_MATMUL_SIZE, PEAK_MATMUL_SIZE)
+    b = torch.randn(PEAK_MATMUL_SIZE, PEAK_MATMUL_SIZE)
+    torch.mm(a, b)
+    best = min(_timed(lambda: torch.mm(a, b)) for _ in range(repeats))
+    return 2 * PEAK_MATMUL_SIZE ** 3 / best / 1e9
+
+
+def _timed(call: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+def bench_library(kmodel, entry: dict[str, Any], library_path: PathLike, params: PathLike,
+                  repeats: int, seed: int = 0) -> list[dict[str, Any]]:
+    """One library: a row per function with both latencies, their ratio and GFLOP/s."""
+    component = COMPONENTS[entry["component"]]
+    inputs = component.example_inputs(config_of(kmodel), entry["bucket"], seed)
+    env = run_reference(kmodel, component.name, inputs)
+    arrays = {name: value.detach().numpy() for name, value in env.items()}
+    library = Library(library_path, Weights(params))
+    wrapper = component.wrapper(kmodel).eval()
+    rows = []
+    for fn in component.functions:
+        run_tvm = library.bind(fn.name, arrays)
+        method, args = getattr(wrapper, fn.method), tuple(env[i] for i in fn.inputs)
+
+        def run_torch():
+            with patched(component.patches), torch.no_grad():
+                method(*args)
+
+        flops = _flops(run_torch)
+        tvm_ms, torch_ms = _interleaved_ms(run_tvm, run_torch, repeats)
+        rows.append({
+            "component": component.name, "lstm": entry["lstm"], "bucket": entry["bucket"],
+            "function": fn.name, "tvm_ms": round(tvm_ms, 3), "torch_ms": round(torch_ms, 3),
+            "ratio": round(tvm_ms / torch_ms, 3), "gflop": round(flops / 1e9, 4),
+            "tvm_gflops": round(flops / tvm_ms / 1e6, 2),
+            "torch_gflops": round(flops / torch_ms / 1e6, 2)})
+    return rows
+
+
+def benchmark(manifest: PathLike, checkpoint: PathLike, model_config: PathLike,
+              params: list[PathLike], threads: int, repeats: int = 5) -> dict[str, Any]:
+    """Every library of the manifest, timed against PyTorch at ``threads`` threads."""
+    from kokoro_tvm.model import load_kmodel
+
+    torch.set_num_threads(threads)
+    document = json.loads(Path(manifest).read_text())
+    params_of = {Path(p).stem: Path(p) for p in params}
+    root = Path(manifest).resolve().parents[2]  # manifest paths are relative to the workdir
+    kmodel = load_kmodel(model_config, checkpoint, disable_complex=True)
+    rows = []
+    for entry in sorted(document["libraries"],
+                        key=lambda e: (e["component"], e["lstm"], e["bucket"])):
+        if entry["component"] not in params_of:
+            raise ValueError(f"no params file given for {entry['component']}")
+        library = Path(entry["library"])
+        rows += bench_library(kmodel, entry, library if library.is_absolute() else root / library,
+                              params_of[entry["component"]], repeats)
+    return {"target": document["target"], "threads": threads, "repeats": repeats,
+            "practical_peak_gflops": round(practical_peak_gflops(threads), 1),
+            "worst_ratio": max((r["ratio"] for r in rows), default=None), "rows": rows}
+
+
+def plot(document: dict[str, Any], out: PathLike) -> None:
+    """TVM/PyTorch time ratio against the bucket, one line per component function and method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    series: dict[str, list[dict]] = {}
+    for row in document["rows"]:
+        series.setdefault(f"{row['component']}.{row['function']} ({row['lstm']})", []).append(row)
+    for label, rows in sorted(series.items()):
+        rows.sort(key=lambda r: r["bucket"])
+        ax.plot([r["bucket"] for r in rows], [r["ratio"] for r in rows], "o-", label=label)
+    ax.axhline(1.0, color="grey", lw=1)
+    ax.axhline(1.3, color="red", lw=1, ls="--", label="1.3x (issue 6's bar)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bucket (tokens or frames)")
+    ax.set_ylabel("TVM time / PyTorch time")
+    ax.set_title(f"{document['target']}, {document['threads']} threads")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+
+
+def run(manifest: PathLike, checkpoint: PathLike, model_config: PathLike,
+        params: list[PathLike], threads: int, out_json: PathLike, out_plot: PathLike,
+        repeats: int = 5) -> dict[str, Any]:
+    """results/bench/components/{target}.json and .png."""
+    document = benchmark(manifest, checkpoint, model_config, params, threads, repeats)
+    write_json(out_json, document)
+    plot(document, out_plot)
+    return document
+

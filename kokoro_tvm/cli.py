@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from kokoro_tvm import g2p
 from kokoro_tvm.errors import UserError
@@ -21,12 +22,56 @@ def _engine(args: argparse.Namespace):
     return TvmEngine(args.root, target=args.target, lstm=args.lstm)
 
 
+def _read_text(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"cannot read the text file {path}: {err}") from err
+
+
+class ProgressBar:
+    """``[##########..........] 12/24 pieces`` on one line of ``stream``, redrawn in place;
+    nothing for a text spoken in one piece."""
+
+    WIDTH = 30
+
+    def __init__(self, stream):
+        self.stream, self.shown = stream, False
+
+    def __call__(self, done: int, total: int) -> None:
+        if total < 2:
+            return
+        filled = self.WIDTH * done // total
+        self.stream.write(f"\r[{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total} pieces")
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.shown = False
+
+
+def _progress_bar(args: argparse.Namespace) -> ProgressBar | None:
+    """Shown when asked for, or by default on a terminal when no chunk lines are printed."""
+    wanted = args.progress
+    if wanted is None:
+        wanted = sys.stderr.isatty() and not (args.stream or args.verbose)
+    return ProgressBar(sys.stderr) if wanted else None
+
+
 def say(args: argparse.Namespace) -> int:
     import numpy as np
 
     from kokoro_tvm.speech import SAMPLE_RATE, SpeechError, speak_chunks, write_wav
     from kokoro_tvm.voices import load_voice
 
+    if args.file is not None:
+        if args.text is not None:
+            raise UserError("give the text or --file, not both")
+        args.text = _read_text(args.file)
+    elif args.text is None:
+        raise UserError("no text: give it as an argument or with --file PATH")
     if args.output == "-" and not args.stream:
         raise UserError("-o - writes raw PCM as chunks finish: add --stream")
     if not args.text.strip():  # fail before the engine spends seconds loading
@@ -36,8 +81,10 @@ def say(args: argparse.Namespace) -> int:
     engine = _engine(args)
     loaded = time.perf_counter()
     chunks, first_audio = [], None
+    bar = _progress_bar(args)
     for chunk in speak_chunks(engine, args.text, args.voice, lang=args.lang, speed=args.speed,
-                              seed=args.seed, root=args.root, per_sentence=args.stream):
+                              seed=args.seed, root=args.root, per_sentence=args.stream,
+                              progress=bar):
         first_audio = first_audio or time.perf_counter() - loaded
         chunks.append(chunk)
         if args.stream and args.output == "-":  # raw 16-bit 24 kHz mono, as each chunk is ready
@@ -47,6 +94,8 @@ def say(args: argparse.Namespace) -> int:
         if args.stream or args.verbose:
             print(f"  chunk {len(chunks)}: {len(chunk) / SAMPLE_RATE:.2f} s of audio at "
                   f"{time.perf_counter() - loaded:.2f} s", file=sys.stderr)
+    if bar is not None:
+        bar.close()
     audio = np.concatenate(chunks)
     if args.output != "-":
         write_wav(args.output, audio)
@@ -65,7 +114,8 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="kokoro-tvm", description=__doc__)
     commands = top.add_subparsers(dest="command", required=True)
     p = commands.add_parser("say", help="synthesize text to a wav file")
-    p.add_argument("text", help="the text to speak")
+    p.add_argument("text", nargs="?", help="the text to speak (or --file)")
+    p.add_argument("--file", help="read the text from this UTF-8 file (any length)")
     p.add_argument("-o", "--output", required=True,
                    help="wav file to write (24 kHz, 16-bit); with --stream, - writes raw PCM "
                         "to stdout as each chunk finishes")
@@ -82,6 +132,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stream", action="store_true", help="emit and report chunks as they finish")
     p.add_argument("--verbose", action="store_true",
                    help="print first-audio latency and per-stage times")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="a progress bar over the text's pieces (default: on a terminal, "
+                        "unless --stream or --verbose print per-chunk lines)")
     p.add_argument("--root", default=".", help="folder holding results/ (the built assets)")
     p.set_defaults(run=say)
     return top

@@ -27,6 +27,8 @@ VALIDATION = f"{RESULTS}/validate/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.
 MANIFEST = f"{RESULTS}/manifest/{{target}}.json"
 BENCH_LSTM = f"{RESULTS}/bench/lstm/{{target}}.json"
 BENCH_LSTM_PLOT = f"{RESULTS}/bench/lstm/{{target}}.png"
+BENCH_COMPONENTS = f"{RESULTS}/bench/components/{{target}}.json"
+BENCH_COMPONENTS_PLOT = f"{RESULTS}/bench/components/{{target}}.png"
 
 
 def artifact(pattern: str, root: str | Path = ".", **dims) -> Path:

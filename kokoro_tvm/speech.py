@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 import numpy as np
 
@@ -81,13 +81,18 @@ def _synthesize_piece(engine: Engine, piece: str, table: np.ndarray, vocab: dict
 
 
 def speak_chunks(engine: Engine, text: str, voice: str, *, lang: str = "en-us", speed: float = 1.0,
-                 seed: int = 0, root: str | Path = ".",
-                 per_sentence: bool = False) -> Iterator[np.ndarray]:
-    """Audio per chunk as each finishes, edges faded so that chunks join without clicks."""
+                 seed: int = 0, root: str | Path = ".", per_sentence: bool = False,
+                 progress: Callable[[int, int], None] | None = None) -> Iterator[np.ndarray]:
+    """Audio per chunk as each finishes, edges faded so that chunks join without clicks;
+    ``progress(done, total)`` is told after each piece of the text (G2P's pieces, before any
+    halving), so a long text can show how far it has got."""
     table, vocab = load_voice(voice, root), load_vocab(root)
-    for i, piece in enumerate(phoneme_chunks(text, lang, vocab, per_sentence=per_sentence)):
+    pieces = phoneme_chunks(text, lang, vocab, per_sentence=per_sentence)
+    for i, piece in enumerate(pieces):
         for audio in _synthesize_piece(engine, piece, table, vocab, speed, seed + i):
             yield _faded(audio)
+        if progress is not None:
+            progress(i + 1, len(pieces))
 
 
 def speak(engine: Engine, text: str, voice: str, **options) -> np.ndarray:

@@ -23,3 +23,31 @@ rule lstm_latency:
         "python {input.script} --manifest {input.manifest} --params {input.params}"
         " --repeats {params.repeats} --out-json {output.json} --out-plot {output.plot}"
         " > {log} 2>&1"
+
+
+rule component_latency:
+    input:
+        manifest=rules.manifest.output.manifest,
+        checkpoint=rules.weights.output.checkpoint,
+        config=rules.weights.output.config,
+        params=expand(paths.PARAMS, component=COMPONENTS),
+        code=package_files("bench.py", "components.py", "library.py", "abi.py"),
+        script=script("bench_components.py"),
+    output:
+        json=paths.BENCH_COMPONENTS,
+        plot=paths.BENCH_COMPONENTS_PLOT,
+    params:
+        repeats=5,
+        versions=versions("apache-tvm", "torch", "matplotlib"),
+    threads: target_threads
+    log:
+        "logs/bench/components/{target}.log",
+    benchmark:
+        "benchmarks/bench/components/{target}.tsv"
+    conda:
+        "../envs/kokoro-tvm.yaml"
+    shell:
+        "TVM_NUM_THREADS={threads} python {input.script} --manifest {input.manifest}"
+        " --checkpoint {input.checkpoint} --model-config {input.config} --params {input.params}"
+        " --threads {threads} --repeats {params.repeats} --out-json {output.json}"
+        " --out-plot {output.plot} > {log} 2>&1"

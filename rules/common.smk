@@ -154,3 +154,12 @@ def lstm_params():
 
 def bench_lstm_targets():
     return expand(paths.BENCH_LSTM, target=setting("targets"))
+
+
+def bench_components_targets():
+    return expand(paths.BENCH_COMPONENTS, target=setting("targets"))
+
+
+def target_threads(wildcards):
+    """The thread count a target's libraries were built for (its num-cores option)."""
+    return setting(f"target_options.{wildcards.target}").get("num-cores", 1)

@@ -11,6 +11,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "data" / "tiny.yaml"
+REAL_SMALL = REPO / "tests" / "data" / "real_small.yaml"
 BIN = Path(sys.executable).parent
 
 
@@ -65,6 +66,14 @@ def copy_workflow(dest: Path, parts=WORKFLOW_PARTS) -> Path:
 def workflow(tmp_path_factory) -> Path:
     """A copy of the workflow whose code files tests may edit without touching the repository."""
     return copy_workflow(tmp_path_factory.mktemp("workflow"))
+
+
+@pytest.fixture(scope="session")
+def real_built(workflow, tmp_path_factory) -> Path:
+    """A finished `snakemake all` with the real weights and tests/data/real_small.yaml."""
+    workdir = tmp_path_factory.mktemp("real_built")
+    run_snakemake(workdir, "all", snakefile=workflow / "Snakefile", configfiles=(REAL_SMALL,))
+    return workdir
 
 
 @pytest.fixture(scope="session")

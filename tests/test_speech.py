@@ -1,9 +1,12 @@
 """Chunking long text for an engine: splits where a chunk does not fit, joins without clicks."""
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
+from kokoro_tvm.cli import ProgressBar
 from kokoro_tvm.speech import ChunkTooLong, speak, speak_chunks
 
 TEXT = ("The first sentence is here, and it has a clause. The second one follows it closely. "
@@ -46,3 +49,25 @@ def test_chunk_edges_are_faded(tiny_assets):
     assert len(chunks) > 2
     assert all(abs(c[0]) < 1e-6 and abs(c[-1]) < 1e-6 for c in chunks)
     assert np.max(np.abs(np.diff(joined))) < 0.01  # no step at any join
+
+
+def test_progress_is_reported_per_piece(tiny_assets):
+    seen = []
+    chunks = list(speak_chunks(LimitedEngine(10_000), TEXT, "af_heart", root=tiny_assets,
+                               per_sentence=True, progress=lambda done, total: seen.append(
+                                   (done, total))))
+    assert seen == [(i, 3) for i in (1, 2, 3)]  # three sentences
+    assert len(chunks) == 3
+
+
+def test_progress_bar_draws_in_place():
+    stream = io.StringIO()
+    bar = ProgressBar(stream)
+    bar(1, 1)  # one piece: no bar
+    assert stream.getvalue() == ""
+    bar(1, 4)
+    bar(4, 4)
+    bar.close()
+    lines = stream.getvalue().split("\r")[1:]
+    assert lines[0].startswith("[" + "#" * 7 + "." * 23 + "] 1/4")
+    assert lines[1] == "[" + "#" * 30 + "] 4/4 pieces\n"

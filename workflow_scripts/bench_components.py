@@ -1,51 +1,41 @@
-"""Per-component latency of TVM libraries vs PyTorch eager, as JSON on stdout.
+#!/usr/bin/env python3
+"""Time every library of a target's manifest against PyTorch eager (same inputs, same thread
+count, interleaved in one process); write JSON and a PNG plot of the time ratios.
 
-    TVM_NUM_THREADS=2 python workflow_scripts/bench_components.py --tokens 32 --frames 32
-        [--components bert decoder] [--unscheduled] [--checkpoint X --model-config Y]
-
-Without a checkpoint, Kokoro-82M's full-size configuration with random weights (speed does not
-depend on the weights). TVM_NUM_THREADS must match --threads (TVM reads it at start-up).
+    TVM_NUM_THREADS=2 python workflow_scripts/bench_components.py --threads 2 \\
+        --manifest results/manifest/llvm.json --checkpoint results/assets/kokoro-82m.pth \\
+        --model-config results/assets/config.json --params results/params/*.npz \\
+        --out-json results/bench/components/llvm.json --out-plot results/bench/components/llvm.png
 """
-from __future__ import annotations
-
 import argparse
 import json
 import os
+import sys
 
-import torch
-
-from kokoro_tvm.bench import bench
-from kokoro_tvm.components import COMPONENTS
+from kokoro_tvm.errors import run_script
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--components", nargs="+", default=sorted(COMPONENTS))
-    parser.add_argument("--tokens", type=int, default=32)
-    parser.add_argument("--frames", type=int, default=32)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--manifest", required=True, help="results/manifest/{target}.json")
+    parser.add_argument("--checkpoint", required=True, help="results/assets/kokoro-82m.pth")
+    parser.add_argument("--model-config", required=True, help="results/assets/config.json")
+    parser.add_argument("--params", nargs="+", required=True,
+                        help="results/params/{component}.npz of every component")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--unscheduled", action="store_true",
-                        help="TVM's plain pipeline (no schedules): the 'before' figures")
-    parser.add_argument("--mcpu", default="host")
-    parser.add_argument("--checkpoint")
-    parser.add_argument("--model-config")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per function")
+    parser.add_argument("--out-json", required=True)
+    parser.add_argument("--out-plot", required=True)
     args = parser.parse_args()
     if os.environ.get("TVM_NUM_THREADS") != str(args.threads):
         parser.error(f"set TVM_NUM_THREADS={args.threads} (TVM reads it when it starts)")
-    if args.checkpoint:
-        from kokoro_tvm.model import load_kmodel
-        kmodel = load_kmodel(args.model_config, args.checkpoint, disable_complex=True)
-    else:
-        from kokoro_tvm.assets.model_config import kokoro_config
-        from kokoro_tvm.model import build_kmodel
-        torch.manual_seed(0)
-        kmodel = build_kmodel(kokoro_config(), disable_complex=True)
-    target = {"kind": "llvm", "mcpu": args.mcpu, "num-cores": args.threads}
-    results = bench(kmodel, args.components, {"tokens": args.tokens, "frames": args.frames},
-                    target, args.threads, schedule=not args.unscheduled, repeats=args.repeats)
-    print(json.dumps(results, indent=1))
+    from kokoro_tvm.bench import run
+
+    document = run(args.manifest, args.checkpoint, args.model_config, args.params, args.threads,
+                   args.out_json, args.out_plot, args.repeats)
+    print(json.dumps(document, indent=1))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

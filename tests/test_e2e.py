@@ -1,0 +1,68 @@
+"""Speech from real-weight compiled libraries, end to end, against the PyTorch reference.
+
+Built once per session from tests/data/real_small.yaml (the real Kokoro-82M weights, one token
+bucket, two frame buckets, the tir_vec LSTMs): the TVM runtime must be heard as well as PyTorch
+by an offline recogniser, and must give PyTorch's exact-length result whichever bucket pads it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kokoro_tvm.g2p import phonemizer, token_ids
+from kokoro_tvm.reference import TorchEngine, kokoro_noise
+from kokoro_tvm.runtime import TvmEngine
+from kokoro_tvm.speech import load_vocab, speak
+from kokoro_tvm.transcribe import transcribe, word_error_rate
+from kokoro_tvm.validate import snr_db
+from kokoro_tvm.voices import load_voice, style_for
+
+pytestmark = pytest.mark.slow
+
+SENTENCES = [
+    "Hello world, this is a test.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Please call me back when you get home tonight.",
+    "We will meet at the station at seven in the morning.",
+]
+# pocketsphinx hears the PyTorch reference imperfectly too; the TVM runtime may be worse by at
+# most this much (issue 5's bar: five points of word error rate).
+WER_MARGIN = 0.05
+# The decoder waveform against PyTorch at exact length given the same noise draws. DESIGN.md:
+# float32 rounding through the iSTFT generator gives 39-44 dB; issue 5's bar is 30 dB.
+MIN_SNR_DB = 30.0
+
+
+def _corpus_wer(engine, root, voice: str) -> tuple[float, list[str]]:
+    heard = [transcribe(speak(engine, s, voice, root=root)) for s in SENTENCES]
+    errors = sum(word_error_rate(s, h) * len(s.split()) for s, h in zip(SENTENCES, heard))
+    return errors / sum(len(s.split()) for s in SENTENCES), heard
+
+
+@pytest.mark.parametrize("voice", ["af_heart", "am_adam"])
+def test_tvm_speech_is_recognised_as_well_as_pytorch(real_built, voice):
+    tvm_wer, tvm_heard = _corpus_wer(TvmEngine(real_built), real_built, voice)
+    torch_wer, torch_heard = _corpus_wer(TorchEngine(real_built), real_built, voice)
+    print(f"{voice}: WER TVM {tvm_wer:.3f} {tvm_heard}, PyTorch {torch_wer:.3f} {torch_heard}")
+    assert tvm_wer <= torch_wer + WER_MARGIN, (tvm_heard, torch_heard)
+
+
+def test_either_bucket_gives_pytorchs_exact_length_result(real_built):
+    """One utterance through the 256- and the 512-frame libraries: durations identical to
+    PyTorch at exact length, audio within MIN_SNR_DB of it (same SineGen noise draws)."""
+    vocab = load_vocab(real_built)
+    ids = token_ids(phonemizer("en-us")(SENTENCES[1]), vocab)
+    ref_s = style_for(load_voice("af_heart", real_built), len(ids))
+    want, want_frames = TorchEngine(real_built, disable_complex=True).synthesize_with_durations(
+        ids, ref_s, 1.0, 7)
+    assert want_frames.sum() <= 256  # fits both buckets
+    for bucket in (256, 512):
+        engine = TvmEngine(real_built, noise=kokoro_noise)
+        for component in ("f0n", "decoder"):  # only this bucket left to choose from
+            buckets = engine.components[component]
+            buckets.entries = {bucket: buckets.entries[bucket]}
+        got, frames = engine.synthesize_with_durations(ids, ref_s, 1.0, 7)
+        np.testing.assert_array_equal(frames, want_frames)
+        snr = snr_db(got, want)
+        print(f"frame bucket {bucket}: {want_frames.sum()} frames, SNR {snr:.1f} dB")
+        assert got.shape == want.shape and snr >= MIN_SNR_DB, (bucket, snr)
