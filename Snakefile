@@ -13,6 +13,7 @@ include: "rules/lower.smk"
 include: "rules/build.smk"
 include: "rules/validate.smk"
 include: "rules/bench.smk"
+include: "rules/report.smk"
 
 
 rule all:
@@ -31,3 +32,14 @@ rule bench_lstm:
 rule bench_components:
     input:
         bench_components_targets(),
+
+
+rule bench_e2e:
+    input:
+        bench_e2e_targets(),
+
+
+# Everything `snakemake --report report.html all figures` shows beyond validation.
+rule figures:
+    input:
+        figure_targets(),

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 
 from kokoro_tvm.atomic import atomic_path, write_json
-from kokoro_tvm.components import COMPONENTS, config_of, patched, run_reference
+from kokoro_tvm.components import COMPONENTS, patched, run_reference
 from kokoro_tvm.library import Library, Weights
 
 PathLike = str | Path
@@ -68,7 +68,7 @@ def bench_library(kmodel, entry: dict[str, Any], library_path: PathLike, params:
                   repeats: int, seed: int = 0) -> list[dict[str, Any]]:
     """One library: a row per function with both latencies, their ratio and GFLOP/s."""
     component = COMPONENTS[entry["component"]]
-    inputs = component.example_inputs(config_of(kmodel), entry["bucket"], seed)
+    inputs = component.example_inputs(kmodel, entry["bucket"], seed)
     env = run_reference(kmodel, component.name, inputs)
     arrays = {name: value.detach().numpy() for name, value in env.items()}
     library = Library(library_path, Weights(params))

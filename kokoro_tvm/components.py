@@ -399,7 +399,7 @@ class DecoderWrapper(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------
-# Realistic example inputs. Everything is drawn from one seeded generator, so a (config,
+# Realistic example inputs. Everything is drawn from one seeded generator, so a (model,
 # bucket, seed) triple names one input set; export, validation and tests share it.
 # --------------------------------------------------------------------------------------------
 
@@ -471,20 +471,20 @@ def _style(dims, g) -> torch.Tensor:
     return STYLE_STD * torch.randn(1, dims["style"], generator=g)
 
 
-def bert_inputs(config, T, seed) -> dict[str, torch.Tensor]:
-    tokens = _tokens(model_dims(config), T, torch.Generator().manual_seed(seed))
+def bert_inputs(kmodel, T, seed) -> dict[str, torch.Tensor]:
+    tokens = _tokens(model_dims(config_of(kmodel)), T, torch.Generator().manual_seed(seed))
     return {k: tokens[k] for k in ("input_ids", "attention_mask")}
 
 
-def duration_inputs(config, T, seed) -> dict[str, torch.Tensor]:
-    dims, g = model_dims(config), torch.Generator().manual_seed(seed)
+def duration_inputs(kmodel, T, seed) -> dict[str, torch.Tensor]:
+    dims, g = model_dims(config_of(kmodel)), torch.Generator().manual_seed(seed)
     tokens = _tokens(dims, T, g)
     return {"d_en": torch.randn(1, dims["hidden"], T, generator=g), "s": _style(dims, g),
             "text_mask": tokens["text_mask"]}
 
 
-def text_encoder_inputs(config, T, seed) -> dict[str, torch.Tensor]:
-    tokens = _tokens(model_dims(config), T, torch.Generator().manual_seed(seed))
+def text_encoder_inputs(kmodel, T, seed) -> dict[str, torch.Tensor]:
+    tokens = _tokens(model_dims(config_of(kmodel)), T, torch.Generator().manual_seed(seed))
     return {k: tokens[k] for k in ("input_ids", "text_mask")}
 
 
@@ -494,10 +494,10 @@ def _frame_mask(F: int, g) -> torch.Tensor:
     return torch.arange(F)[None, :] >= n
 
 
-def f0n_inputs(config, F, seed) -> dict[str, torch.Tensor]:
+def f0n_inputs(kmodel, F, seed) -> dict[str, torch.Tensor]:
     """en = [duration features; style] aligned to frames, as KModel builds it, then padded to
     the bucket (the padded frames hold more aligned features: they must not matter)."""
-    dims, g = model_dims(config), torch.Generator().manual_seed(seed)
+    dims, g = model_dims(config_of(kmodel)), torch.Generator().manual_seed(seed)
     s = _style(dims, g)
     tokens = max(1, F // 3)
     d = torch.cat([torch.randn(1, dims["hidden"], tokens, generator=g),
@@ -505,20 +505,58 @@ def f0n_inputs(config, F, seed) -> dict[str, torch.Tensor]:
     return {"en": _aligned(d, F, g), "s": s, "frame_mask": _frame_mask(F, g)}
 
 
-def decoder_inputs(config, F, seed) -> dict[str, torch.Tensor]:
-    """asr is LSTM output (in (-1, 1)) aligned to frames; F0 in Hz with unvoiced zeros."""
-    dims, g = model_dims(config), torch.Generator().manual_seed(seed)
-    tokens = max(1, F // 3)
-    asr = _aligned(torch.tanh(torch.randn(1, dims["hidden"], tokens, generator=g)), F, g)
+class _DecoderCalled(Exception):
+    """Raised by a pre-hook to stop KModel at its decoder call, carrying the call's arguments."""
+
+    def __init__(self, args):
+        super().__init__("decoder called")
+        self.args = args
+
+
+def _kokoro_decoder_features(kmodel, tokens: int, ref_s: torch.Tensor, g
+                             ) -> tuple[torch.Tensor, ...]:
+    """(asr, F0, N) as KModel computes them for ``tokens`` random phonemes and style ``ref_s``,
+    stopped before the decoder runs."""
+    ids = torch.tensor(model_dims(config_of(kmodel))["token_ids"])
+    input_ids = torch.cat([torch.zeros(1, 1, dtype=torch.int64),
+                           ids[torch.randint(len(ids), (1, tokens), generator=g)],
+                           torch.zeros(1, 1, dtype=torch.int64)], dim=1)
+
+    def stop(_module, args):
+        raise _DecoderCalled(args)
+
+    handle = kmodel.decoder.register_forward_pre_hook(stop)
+    try:
+        with torch.no_grad():
+            kmodel.forward_with_tokens(input_ids, ref_s, 1.0)
+    except _DecoderCalled as called:
+        return tuple(a.detach() for a in called.args[:3])
+    finally:
+        handle.remove()
+    raise RuntimeError("KModel.forward_with_tokens finished without calling its decoder")
+
+
+def decoder_inputs(kmodel, F, seed) -> dict[str, torch.Tensor]:
+    """The decoder's inputs as Kokoro computes them (bert, duration, alignment, F0/N
+    predictor, text encoder) for an utterance of random phonemes and a random style, repeated
+    to fill the bucket: the valid frames (a random number in [F/2, F]) and the padding after
+    them hold the same kind of features, so padding must not matter. Independent random
+    features are far outside what the decoder sees (real weights turned them into audio peaks
+    of 1e3-1e9 instead of under 1), and the tight check is relative to that peak."""
+    dims, g = model_dims(config_of(kmodel)), torch.Generator().manual_seed(seed)
+    ref_s = STYLE_STD * torch.randn(1, 2 * dims["style"], generator=g)
+    longest = kmodel.bert.config.max_position_embeddings - 2  # the two boundary pads
+    asr, f0, n = _kokoro_decoder_features(kmodel, min(longest, max(1, F // 3)), ref_s, g)
+    frames = torch.arange(F) % asr.shape[-1]
+    steps = torch.arange(2 * F) % f0.shape[-1]
     samples = dims["samples_per_frame"] * F
     return {
-        "asr": asr,
-        "f0": _f0_contour(2 * F, g),
-        "n": torch.randn(1, 2 * F, generator=g),
-        "s": _style(dims, g),
+        "asr": asr[:, :, frames],
+        "f0": f0[:, steps],
+        "n": n[:, steps],
+        "s": ref_s[:, :dims["style"]],
         "phase_noise": torch.rand(1, dims["harmonics"], generator=g),
         "sine_noise": torch.randn(1, samples, dims["harmonics"], generator=g),
-        # Padded frames hold more features, F0 and noise: they must not matter.
         "frame_mask": _frame_mask(F, g),
     }
 
@@ -604,7 +642,7 @@ class Component:
     has_lstm: bool
     patches: tuple[str, ...]
     wrapper: Callable[[Any], nn.Module]
-    example_inputs: Callable[[dict, int, int], dict[str, torch.Tensor]]
+    example_inputs: Callable[[Any, int, int], dict[str, torch.Tensor]]  # (kmodel, bucket, seed)
     functions: tuple[Function, ...]
     # Outputs of the chained functions judged by spectral metrics (ill-conditioned end to end),
     # and the input and relative change whose effect on PyTorch shows rounding's share.
@@ -730,7 +768,7 @@ def export_component(kmodel, name: str, bucket: int, seed: int = 0
     """
     component = COMPONENTS[name]
     wrapper = component.wrapper(kmodel).eval()
-    env = run_reference(kmodel, name, component.example_inputs(config_of(kmodel), bucket, seed))
+    env = run_reference(kmodel, name, component.example_inputs(kmodel, bucket, seed))
     programs = {}
     with patched(component.patches), torch.no_grad(), warnings.catch_warnings():
         # weight_norm's pre-hook and LSTM.flatten_parameters assign tensor attributes while

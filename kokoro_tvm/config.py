@@ -75,6 +75,10 @@ def _check_voices(config: dict[str, Any], base: Path) -> None:
             if not any((base / folder / f"{name}{ext}").is_file() for ext in (".npy", ".bin", ".pt")):
                 raise ConfigError(f"config key 'voices.names[{i}]': no {name}.npy, .bin or .pt "
                                   f"in '{folder}'")
+    report_voice = config.get("report", {}).get("voice")
+    if report_voice is not None and report_voice not in names:
+        raise ConfigError(f"config key 'report.voice': '{report_voice}' is not built; use one of "
+                          f"voices.names ({', '.join(names)}) or add it there")
     if voices["source"] == "random" and config["weights"]["source"] != "random":
         raise ConfigError("config key 'voices.source': random voices only make sense with random "
                           "weights (weights.source: random); use npm, hf or path")

@@ -20,6 +20,7 @@ ASSET_VOICES_PROVENANCE = f"{ASSET_VOICE_DIR}/provenance.json"
 EXPORT = f"{RESULTS}/export/{{component}}/b{{bucket}}.pt2"
 RELAX = f"{RESULTS}/relax/{{component}}/{{lstm}}/b{{bucket}}.json"
 PARAMS = f"{RESULTS}/params/{{component}}.npz"
+TUNING = f"{RESULTS}/tuning/{{target}}/{{component}}/{{lstm}}/b{{bucket}}"
 LOWERED = f"{RESULTS}/lowered/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.json"
 LIBRARY = f"{RESULTS}/lib/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.so"
 LIBRARY_META = f"{RESULTS}/lib/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.meta.json"
@@ -29,6 +30,10 @@ BENCH_LSTM = f"{RESULTS}/bench/lstm/{{target}}.json"
 BENCH_LSTM_PLOT = f"{RESULTS}/bench/lstm/{{target}}.png"
 BENCH_COMPONENTS = f"{RESULTS}/bench/components/{{target}}.json"
 BENCH_COMPONENTS_PLOT = f"{RESULTS}/bench/components/{{target}}.png"
+BENCH_E2E = f"{RESULTS}/bench/e2e/{{target}}.json"
+BENCH_E2E_PLOT = f"{RESULTS}/bench/e2e/{{target}}.png"
+REPORT_VALIDATION = f"{RESULTS}/report/validation/{{target}}.html"
+REPORT_SPECTROGRAM = f"{RESULTS}/report/spectrogram/{{target}}.png"
 
 
 def artifact(pattern: str, root: str | Path = ".", **dims) -> Path:

@@ -9,7 +9,7 @@ rule lstm_latency:
         script=script("bench_lstm.py"),
     output:
         json=paths.BENCH_LSTM,
-        plot=paths.BENCH_LSTM_PLOT,
+        plot=report(paths.BENCH_LSTM_PLOT, category="Benchmarks", labels={"figure": "LSTM methods", "target": "{target}"}),
     params:
         repeats=5,
         versions=versions("apache-tvm", "matplotlib"),
@@ -35,7 +35,7 @@ rule component_latency:
         script=script("bench_components.py"),
     output:
         json=paths.BENCH_COMPONENTS,
-        plot=paths.BENCH_COMPONENTS_PLOT,
+        plot=report(paths.BENCH_COMPONENTS_PLOT, category="Benchmarks", labels={"figure": "components vs PyTorch", "target": "{target}"}),
     params:
         repeats=5,
         versions=versions("apache-tvm", "torch", "matplotlib"),
@@ -51,3 +51,31 @@ rule component_latency:
         " --checkpoint {input.checkpoint} --model-config {input.config} --params {input.params}"
         " --threads {threads} --repeats {params.repeats} --out-json {output.json}"
         " --out-plot {output.plot} > {log} 2>&1"
+
+
+rule e2e_speed:
+    input:
+        manifest=rules.manifest.output.manifest,
+        checkpoint=rules.weights.output.checkpoint,
+        config=rules.weights.output.config,
+        onnx=paths.ASSET_ONNX,
+        voice=expand(paths.ASSET_VOICE, voice=setting("report.voice")),
+        code=package_files("bench_e2e.py", "runtime.py", "reference.py", "library.py",
+                           "speech.py"),
+        script=script("bench_e2e.py"),
+    output:
+        json=paths.BENCH_E2E,
+        plot=report(paths.BENCH_E2E_PLOT, category="Benchmarks", labels={"figure": "end to end", "target": "{target}"}),
+    params:
+        voice=setting("report.voice"),
+        versions=versions("apache-tvm", "torch", "onnxruntime"),
+    threads: target_threads
+    log:
+        "logs/bench/e2e/{target}.log",
+    benchmark:
+        "benchmarks/bench/e2e/{target}.tsv"
+    conda:
+        "../envs/kokoro-tvm.yaml"
+    shell:
+        "python {input.script} --target {wildcards.target} --threads {threads}"
+        " --voice {params.voice} --out-json {output.json} --out-plot {output.plot} > {log} 2>&1"

@@ -6,7 +6,7 @@ from snakemake.utils import min_version
 
 from kokoro_tvm import paths
 from kokoro_tvm.components import COMPONENTS
-from kokoro_tvm.compile.devices import lstm_methods_for
+from kokoro_tvm.compile.devices import cannot_run_reason, lstm_methods_for
 from kokoro_tvm.config import validate_config
 
 min_version("9.0")
@@ -130,17 +130,41 @@ def target_options(target):
     return json.dumps(setting(f"target_options.{target}"), sort_keys=True)
 
 
+def tuning_database(wildcards):
+    """The lower stage's MetaSchedule database: only with tuning.enabled, and only for targets
+    this machine can run (MetaSchedule measures candidates here)."""
+    options = setting(f"target_options.{wildcards.target}")
+    if not setting("tuning.enabled") or cannot_run_reason(options) is not None:
+        return []
+    return paths.TUNING.format(**wildcards)
+
+
 def import_code(wildcards):
     """Code an import depends on; the LSTM lowering only for components that have LSTMs."""
-    modules = ["compile/importer.py", "compile/converters.py", "stages.py"]
+    modules = ["compile/importer.py", "compile/converters.py", "stages/common.py",
+               "stages/relax_import.py"]
     if COMPONENTS[wildcards.component].has_lstm:
         modules += ["compile/lstm.py", "packed_lstm.py"]
     return package_files(*modules)
 
 
 def all_targets():
-    manifests = expand(paths.MANIFEST, target=setting("targets"))
-    return asset_targets() + manifests
+    """Assets, then per target its manifest and validation table."""
+    targets = setting("targets")
+    return (asset_targets() + expand(paths.MANIFEST, target=targets)
+            + expand(paths.REPORT_VALIDATION, target=targets))
+
+
+def runnable_targets():
+    """The configured targets whose libraries this machine can run (timing, speaking)."""
+    return [t for t in setting("targets")
+            if cannot_run_reason(setting(f"target_options.{t}")) is None]
+
+
+def figure_targets():
+    """The report's figures: spectrogram comparison and benchmarks, per runnable target."""
+    return expand([paths.REPORT_SPECTROGRAM, paths.BENCH_COMPONENTS, paths.BENCH_E2E,
+                   paths.BENCH_LSTM], target=runnable_targets())
 
 
 def lstm_components():
@@ -158,6 +182,10 @@ def bench_lstm_targets():
 
 def bench_components_targets():
     return expand(paths.BENCH_COMPONENTS, target=setting("targets"))
+
+
+def bench_e2e_targets():
+    return expand(paths.BENCH_E2E, target=setting("targets"))
 
 
 def target_threads(wildcards):

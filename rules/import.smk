@@ -5,7 +5,7 @@ rule params:
     input:
         checkpoint=rules.weights.output.checkpoint,
         config=rules.weights.output.config,
-        code=package_files("components.py", "model.py", "stages.py"),
+        code=package_files("components.py", "model.py", "stages/common.py", "stages/params.py"),
         script=script("params.py"),
     output:
         npz=paths.PARAMS,

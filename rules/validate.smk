@@ -7,7 +7,8 @@ rule validate:
         params=rules.params.output.npz,
         checkpoint=rules.weights.output.checkpoint,
         config=rules.weights.output.config,
-        code=package_files("validate.py", "components.py", "packed_lstm.py", "stages.py",
+        code=package_files("validate.py", "components.py", "packed_lstm.py", "stages/common.py",
+                           "stages/validate.py",
                            "compile/devices.py", "compile/gpu.py", "library.py", "abi.py"),
         script=script("validate.py"),
     output:
@@ -33,6 +34,7 @@ rule manifest:
     input:
         metas=lambda wildcards: per_library(paths.LIBRARY_META, wildcards.target),
         validations=lambda wildcards: per_library(paths.VALIDATION, wildcards.target),
+        code=package_files("stages/common.py", "stages/manifest.py"),
         script=script("manifest.py"),
     output:
         manifest=paths.MANIFEST,

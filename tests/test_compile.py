@@ -23,7 +23,7 @@ from kokoro_tvm.compile.importer import import_programs
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.components import (COMPONENTS, DecoderWrapper, PATCHES, TextEncoderWrapper,
-                                   config_of, export_component, patched)
+                                   export_component, patched)
 from kokoro_tvm.model import build_kmodel
 from kokoro_tvm.validate import validate_component
 
@@ -107,7 +107,7 @@ def test_params_do_not_depend_on_bucket(built, kmodel):
 
 def test_example_inputs_fit_the_bucket(kmodel):
     for name, component in COMPONENTS.items():
-        inputs = component.example_inputs(config_of(kmodel), BUCKET, 0)
+        inputs = component.example_inputs(kmodel, BUCKET, 0)
         first = component.functions[0]
         assert set(first.inputs) <= set(inputs), name
         if "input_ids" in inputs:
@@ -141,7 +141,7 @@ def test_patched_restores_originals():
 
 def test_decoder_split_and_noise_inputs_reproduce_kokoro(kmodel):
     """Kokoro's decoder drawing its own noise == our source+body fed the same draws."""
-    inputs = COMPONENTS["decoder"].example_inputs(config_of(kmodel), BUCKET, 3)
+    inputs = COMPONENTS["decoder"].example_inputs(kmodel, BUCKET, 3)
     with torch.no_grad():
         torch.manual_seed(7)
         expected = kmodel.decoder(inputs["asr"], inputs["f0"], inputs["n"], inputs["s"])
@@ -160,7 +160,7 @@ def test_decoder_split_and_noise_inputs_reproduce_kokoro(kmodel):
 def test_packed_lstm_patch_is_kokoro_at_full_length(kmodel):
     """With every token valid, the patched wrapper is Kokoro's own packed code (tolerance 1e-6
     abs); tests/test_lstm.py covers shorter lengths."""
-    inputs = COMPONENTS["text_encoder"].example_inputs(config_of(kmodel), BUCKET, 0)
+    inputs = COMPONENTS["text_encoder"].example_inputs(kmodel, BUCKET, 0)
     ids, mask = inputs["input_ids"], torch.zeros_like(inputs["text_mask"])
     with torch.no_grad():
         expected = kmodel.text_encoder(ids, torch.tensor([BUCKET]), mask)

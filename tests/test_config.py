@@ -17,6 +17,7 @@ BAD_CONFIGS = {
     "unknown key": ({"weights": {"sorce": "hf"}}, "weights"),
     "voice folder missing": ({"voices": {"source": "path", "folder": "no-such-dir"}},
                              "voices.folder"),
+    "report voice not built": ({"report": {"voice": "am_puck"}}, "report.voice"),
 }
 
 

@@ -66,3 +66,12 @@ def test_either_bucket_gives_pytorchs_exact_length_result(real_built):
         snr = snr_db(got, want)
         print(f"frame bucket {bucket}: {want_frames.sum()} frames, SNR {snr:.1f} dB")
         assert got.shape == want.shape and snr >= MIN_SNR_DB, (bucket, snr)
+
+
+def test_spectrogram_figure(real_built, tmp_path):
+    from kokoro_tvm.report import spectrogram_comparison
+
+    out = tmp_path / "spectrogram.png"
+    figures = spectrogram_comparison(real_built, "llvm", SENTENCES[0], "af_heart", out)
+    assert out.read_bytes().startswith(b"\x89PNG")
+    assert figures["snr_db"] >= MIN_SNR_DB and figures["seconds"] > 1

@@ -26,7 +26,7 @@ from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.lstm import LSTM_METHODS
 from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.library import Library, Weights
-from kokoro_tvm.components import (COMPONENTS, PATCHES, config_of, crop, export_component,
+from kokoro_tvm.components import (COMPONENTS, PATCHES, crop, export_component,
                                    patched, run_exact_length)
 from kokoro_tvm.model import build_kmodel
 from kokoro_tvm.packed_lstm import run_lstm
@@ -159,7 +159,7 @@ def test_component_valid_outputs_equal_kokoro_at_exact_length(name, method, kmod
     np.savez(params_npz, **params)
     component = COMPONENTS[name]
     fn = component.functions[0]
-    inputs = component.example_inputs(config_of(kmodel), BUCKET, 1)
+    inputs = component.example_inputs(kmodel, BUCKET, 1)
     # Frames start at 3, the fewest an utterance has (0, a phoneme, 0; each at least a frame):
     # Kokoro's InstanceNorm refuses one frame, and over two it is so ill-conditioned that
     # rounding alone moves PyTorch by 4e-5 of the scale (masked vs Kokoro's own code).

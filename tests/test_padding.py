@@ -16,7 +16,7 @@ import yaml
 
 from kokoro_tvm import paths
 from kokoro_tvm.assets.model_config import kokoro_config
-from kokoro_tvm.components import (COMPONENTS, config_of, crop, run_exact_length, run_reference)
+from kokoro_tvm.components import (COMPONENTS, crop, run_exact_length, run_reference)
 from kokoro_tvm.model import build_kmodel, load_kmodel
 from kokoro_tvm.validate import snr_db
 
@@ -41,7 +41,7 @@ def bucketed_vs_exact(kmodel, bucket: int, length: int, seed: int = 0, unmasked:
                       ) -> tuple[float, float | None]:
     """SNR (dB) of the wrapper's valid audio in ``bucket`` against Kokoro at ``length``, and
     (``unmasked``) of the same without the mask (every frame valid: what padding did before)."""
-    inputs = with_length(COMPONENTS["decoder"].example_inputs(config_of(kmodel), bucket, seed),
+    inputs = with_length(COMPONENTS["decoder"].example_inputs(kmodel, bucket, seed),
                          length)
     exact = run_exact_length(kmodel, "decoder", inputs)["audio"].numpy()
     masked = crop("decoder", run_reference(kmodel, "decoder", inputs), length)["audio"]
@@ -61,7 +61,7 @@ def test_decoder_is_length_exact_tiny(tiny_kmodel, length):
 
 
 def test_padding_content_does_not_matter(tiny_kmodel):
-    inputs = with_length(COMPONENTS["decoder"].example_inputs(config_of(tiny_kmodel), 16, 1), 9)
+    inputs = with_length(COMPONENTS["decoder"].example_inputs(tiny_kmodel, 16, 1), 9)
     g = torch.Generator().manual_seed(5)
     other = dict(inputs)
     for name, (axis, per) in COMPONENTS["decoder"].length_axes.items():

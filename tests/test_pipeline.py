@@ -95,8 +95,9 @@ def test_adding_a_bucket_builds_only_that_bucket(built, workflow, tmp_path):
     jobs = dry_run(built, workflow, "all",
                    configfiles=overrides(tmp_path, buckets={"bert": [16, 24]}))
     assert rules_of(jobs) == {"export": 1, "import_relax": 1, "lower": 2, "build": 2,
-                              "validate": 2, "manifest": 2}
-    built_paths = [j["output"] for j in jobs if j["rule"] not in ("manifest", "all")]
+                              "validate": 2, "manifest": 2, "validation_report": 2}
+    built_paths = [j["output"] for j in jobs
+                   if j["rule"] not in ("manifest", "validation_report", "all")]
     assert all("bert" in p and "b24" in p for p in built_paths), built_paths
 
 
@@ -111,18 +112,27 @@ def test_lstm_lowering_change_rebuilds_only_lstm_artifacts(built, workflow):
         lowering.write_text(original)
         os.utime(lowering, (stat.st_atime, stat.st_mtime))
     assert rules_of(jobs) == {"import_relax": 3, "lower": 6, "build": 6, "validate": 6,
-                              "manifest": 2}
+                              "manifest": 2, "validation_report": 2}
     for job in jobs:
-        if job["rule"] not in ("manifest", "all"):
+        if job["rule"] not in ("manifest", "validation_report", "all"):
             assert any(f"/{c}/" in job["output"] for c in LSTM_COMPONENTS), job
 
 
 def test_target_options_change_rebuilds_only_that_target(built, workflow, tmp_path):
     changed = {"target_options": {"llvm": {"kind": "llvm", "mcpu": "host", "num-cores": 1}}}
     jobs = dry_run(built, workflow, "all", configfiles=overrides(tmp_path, **changed))
-    assert rules_of(jobs) == {"lower": 5, "build": 5, "validate": 5, "manifest": 1}
-    assert all("/llvm/" in j["output"] or j["output"].endswith("llvm.json")
+    assert rules_of(jobs) == {"lower": 5, "build": 5, "validate": 5, "manifest": 1,
+                              "validation_report": 1}
+    assert all("/llvm/" in j["output"] or j["output"].endswith(("llvm.json", "llvm.html"))
                for j in jobs if j["rule"] != "all"), jobs
+
+
+def test_tuning_adds_a_database_per_library_when_enabled(built, workflow, tmp_path):
+    tuning = {"enabled": True, "max_trials": 8, "trials_per_task": 8}
+    jobs = dry_run(built, workflow, "all", configfiles=overrides(tmp_path, tuning=tuning))
+    counts = rules_of(jobs)
+    assert counts["tune"] == counts["lower"] == 10  # 5 components x 2 targets, each runnable
+    assert all(j["output"].startswith("results/tuning/") for j in jobs if j["rule"] == "tune")
 
 
 def test_one_library_path_schedules_only_its_chain(workflow, tmp_path):
@@ -177,7 +187,7 @@ def test_failed_validation_names_the_library_and_writes_no_report(built, tmp_pat
 def test_unsupported_op_fails_naming_the_artifact(tmp_path):
     import torch
 
-    from kokoro_tvm.stages import save_programs
+    from kokoro_tvm.stages.common import save_programs
 
     class Noisy(torch.nn.Module):
         def forward(self, x):
@@ -192,3 +202,11 @@ def test_unsupported_op_fails_naming_the_artifact(tmp_path):
     assert done.returncode == 1 and str(exported) in done.stderr, done.stderr
     assert "rand" in done.stderr and "Traceback" not in done.stderr
     assert not out.exists()
+
+
+def test_report_shows_the_validation_table(built, workflow):
+    table = (built / "results/report/validation/llvm.html").read_text()
+    assert "5 passed" in table and table.count("<tr class=\"passed\">") == 5
+    report = built / "report.html"
+    done = run_snakemake(built, "--report", str(report), snakefile=workflow / "Snakefile")
+    assert report.is_file() and report.stat().st_size > 10_000, done.stderr

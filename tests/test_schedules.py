@@ -222,3 +222,18 @@ def test_weight_transforms_are_lifted(tmp_path):
     (got,) = library("main", {"x": x})
     np.testing.assert_allclose(got, 2 * x @ w.T, rtol=1e-5, atol=1e-4)
     assert len(library.prepared("main")) == 1  # one prepared weight for both uses
+
+
+def test_long_sums_accumulate_in_float64(tmp_path):
+    """A masked-InstanceNorm-like mean over 60,000 samples: ours is float32-exact (float64
+    accumulation); TVM's sequential float32 sum is measurably off (why the rule exists)."""
+    shapes = {"x": (1, 4, 60_000)}
+    x = (1.0 + np.random.default_rng(0).random(shapes["x"])).astype("float32")
+    want = x.astype(np.float64).mean(axis=-1, keepdims=True)
+    target = make_target(TARGETS["host"])
+    errors = {}
+    for schedule in (True, False):
+        got, _ = _run(_function(shapes, lambda v: relax.op.mean(v, axis=[2], keepdims=True)),
+                      target, [x], schedule, tmp_path)
+        errors[schedule] = float(np.abs(got - want).max() / np.abs(want).max())
+    assert errors[True] <= 1e-7 < errors[False] / 10, errors

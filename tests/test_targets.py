@@ -102,7 +102,7 @@ def aarch64_python():
 def test_aarch64_bert_runs_under_emulation_and_matches_pytorch(other_built, aarch64_python,
                                                                tmp_path):
     from kokoro_tvm import paths
-    from kokoro_tvm.components import COMPONENTS as SPECS, config_of, run_reference
+    from kokoro_tvm.components import COMPONENTS as SPECS, run_reference
     from kokoro_tvm.model import load_kmodel
     from kokoro_tvm.validate import TIGHT_RELATIVE, tight_metrics
 
@@ -111,7 +111,7 @@ def test_aarch64_bert_runs_under_emulation_and_matches_pytorch(other_built, aarc
     kmodel = load_kmodel(other_built / paths.ASSET_CONFIG, other_built / paths.ASSET_WEIGHTS,
                          disable_complex=True)
     component = SPECS["bert"]
-    inputs = component.example_inputs(config_of(kmodel), entry["bucket"], 0)
+    inputs = component.example_inputs(kmodel, entry["bucket"], 0)
     ref = run_reference(kmodel, "bert", inputs)
     fn = component.functions[0]
     np.savez(tmp_path / "in.npz", **{i: ref[i].numpy() for i in fn.inputs})

@@ -4,8 +4,8 @@ import argparse
 import json
 import sys
 
-from kokoro_tvm import stages
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.stages.build import build
 
 
 def main() -> None:
@@ -21,8 +21,8 @@ def main() -> None:
     parser.add_argument("--out-meta", required=True)
     args = parser.parse_args()
     dims = {"component": args.component, "lstm": args.lstm, "bucket": args.bucket}
-    meta = stages.build(args.lowered, args.params, args.target, json.loads(args.target_options),
-                        dims, args.out, args.out_meta)
+    meta = build(args.lowered, args.params, args.target, json.loads(args.target_options),
+                 dims, args.out, args.out_meta)
     print(json.dumps(meta, indent=1))
 
 

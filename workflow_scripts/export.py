@@ -3,9 +3,9 @@
 import argparse
 import sys
 
-from kokoro_tvm import stages
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.script_args import add_model_arguments
+from kokoro_tvm.stages.export import export
 
 
 def main() -> None:
@@ -16,8 +16,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seeds the inputs traced with")
     parser.add_argument("--out", required=True, help="results/export/{component}/b{bucket}.pt2")
     args = parser.parse_args()
-    stages.export(args.checkpoint, args.model_config, args.component, args.bucket, args.out,
-                  args.seed)
+    export(args.checkpoint, args.model_config, args.component, args.bucket, args.out,
+           args.seed)
 
 
 if __name__ == "__main__":

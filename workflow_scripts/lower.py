@@ -4,8 +4,8 @@ import argparse
 import json
 import sys
 
-from kokoro_tvm import stages
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.stages.lower import lower
 
 
 def main() -> None:
@@ -14,8 +14,9 @@ def main() -> None:
     parser.add_argument("--target-options", required=True,
                         help='TVM target in dict form, as JSON, e.g. {"kind": "llvm", "mcpu": "host"}')
     parser.add_argument("--out", required=True, help="results/lowered/{target}/{component}/{lstm}/b{bucket}.json")
+    parser.add_argument("--tuning-db", help="a MetaSchedule database folder (workflow_scripts/tune.py)")
     args = parser.parse_args()
-    stages.lower(args.relax, json.loads(args.target_options), args.out)
+    lower(args.relax, json.loads(args.target_options), args.out, args.tuning_db)
 
 
 if __name__ == "__main__":

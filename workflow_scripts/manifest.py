@@ -3,8 +3,8 @@
 import argparse
 import sys
 
-from kokoro_tvm import stages
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.stages.manifest import manifest
 
 
 def main() -> None:
@@ -15,7 +15,7 @@ def main() -> None:
                         help="their validation reports, in the same order")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    document = stages.manifest(args.metas, args.validations, args.target, args.out)
+    document = manifest(args.metas, args.validations, args.target, args.out)
     print(f"{args.out}: {len(document['libraries'])} libraries")
 
 

@@ -3,9 +3,9 @@
 import argparse
 import sys
 
-from kokoro_tvm import stages
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.script_args import add_model_arguments
+from kokoro_tvm.stages.params import write_params
 
 
 def main() -> None:
@@ -14,7 +14,7 @@ def main() -> None:
     parser.add_argument("--component", required=True)
     parser.add_argument("--out", required=True, help="results/params/{component}.npz")
     args = parser.parse_args()
-    stages.write_params(args.checkpoint, args.model_config, args.component, args.out)
+    write_params(args.checkpoint, args.model_config, args.component, args.out)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,9 @@ import argparse
 import json
 import sys
 
-from kokoro_tvm import stages
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.script_args import add_model_arguments
+from kokoro_tvm.stages.validate import validate
 
 
 def main() -> None:
@@ -21,9 +21,9 @@ def main() -> None:
                         help="the library's TVM target in dict form, as JSON (where it runs)")
     parser.add_argument("--out", required=True, help="results/validate/{target}/{component}/{lstm}/b{bucket}.json")
     args = parser.parse_args()
-    report = stages.validate(args.checkpoint, args.model_config, args.component, args.bucket,
-                             args.library, args.params, args.seed, args.out,
-                             json.loads(args.target_options))
+    report = validate(args.checkpoint, args.model_config, args.component, args.bucket,
+                      args.library, args.params, args.seed, args.out,
+                      json.loads(args.target_options))
     print(json.dumps(report, indent=1))
 
 

@@ -45,9 +45,12 @@ BACKENDS = {"llvm": "tvm.relax.backend.cpu_generic.pipeline",
             "cuda": "tvm.relax.backend.cuda.pipeline"}
 
 
-def passes(target: tvm.target.Target, schedule: bool = True) -> list[tvm.transform.Pass]:
+def passes(target: tvm.target.Target, schedule: bool = True, tuning_db: str | None = None,
+           until: str | None = None) -> list[tvm.transform.Pass]:
     """The target's default Relax passes in order, without ``SKIPPED_PASSES``; with
-    ``schedule``, our legalizations in LegalizeOps and our schedules after FuseTIR.
+    ``schedule``, our legalizations in LegalizeOps and our schedules after FuseTIR; with
+    ``tuning_db`` (a MetaSchedule work dir, compile/tune.py), its tuned kernels first, so that
+    our schedules take only the kernels it does not have; ``until`` stops after that pass.
 
     Our schedules are for CPUs (x86 and Arm: they read the vector width from the target); GPU
     targets keep their backend's own schedules (dlight) whatever ``schedule`` says."""
@@ -67,6 +70,10 @@ def passes(target: tvm.target.Target, schedule: bool = True) -> list[tvm.transfo
             chosen += [_legalize(schedule), lift_weight_transforms]
             continue
         chosen.append(p)
+        if p.info.name == until:
+            break
+        if p.info.name == "FuseTIR" and tuning_db is not None:
+            chosen.append(relax.transform.MetaScheduleApplyDatabase(tuning_db))
         if p.info.name == "FuseTIR" and schedule:
             chosen.append(schedules.apply_schedules())
     return chosen
@@ -113,8 +120,21 @@ def _legalize(schedule: bool) -> tvm.transform.Pass:
     return relax.transform.LegalizeOps(customize_legalize_map=custom)
 
 
-def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: bool = True) -> tvm.IRModule:
+def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: bool = True,
+          tuning_db: str | None = None) -> tvm.IRModule:
     """``mod`` through the target's Relax pipeline (legalize, fuse, schedule, memory planning,
     VM lowering): everything ``relax.build`` does before VM codegen and TIR compilation."""
     with target:
-        return tvm.transform.Sequential(passes(target, schedule))(mod)
+        return tvm.transform.Sequential(passes(target, schedule, tuning_db))(mod)
+
+
+def fused_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """The PrimFuncs ``lower`` would schedule, unscheduled: the pipeline up to FuseTIR.
+
+    These are exactly the functions the MetaSchedule database is later applied to, so tuning
+    records match them structurally."""
+    with target:
+        fused = tvm.transform.Sequential(passes(target, until="FuseTIR"))(mod)
+    return tvm.IRModule({gvar: func for gvar, func in fused.functions_items()
+                         if isinstance(func, tvm.tirx.PrimFunc)
+                         and not func.attrs.get("tirx.is_scheduled", False)})

@@ -31,9 +31,10 @@ sys.path.insert(0, str(HERE))
 import synthetic  # noqa: E402
 
 from kokoro_tvm import paths  # noqa: E402
-from kokoro_tvm.components import COMPONENTS, config_of, run_reference  # noqa: E402
+from kokoro_tvm.components import COMPONENTS, run_reference  # noqa: E402
 from kokoro_tvm.model import load_kmodel  # noqa: E402
-from kokoro_tvm.validate import SPECTRAL_TOLERANCES, TIGHT_RELATIVE  # noqa: E402
+from kokoro_tvm.validate import (SPECTRAL_TOLERANCES, TIGHT_RELATIVE, probe_inputs,  # noqa: E402
+                                 snr_db)
 
 OTHER_PYTHONS = ("3.10", "3.12", "3.13")
 SKIP = ("__pycache__", "libtvm_compiler.so", "3rdparty", "src", "include", "cython", "web",
@@ -151,8 +152,11 @@ def main() -> None:
         lowered = args.root / paths.LOWERED.format(target=args.target, component=name,
                                                    lstm=entry["lstm"], bucket=bucket)
         precompile_kernels(lowered, args.root / entry["library"], args.out / "kernels")
-        inputs = component.example_inputs(config_of(kmodel), bucket, args.seed)
+        inputs = component.example_inputs(kmodel, bucket, args.seed)
         env = run_reference(kmodel, name, inputs)
+        # The waveform's SNR bar is relative to PyTorch's own under a rounding-sized change.
+        probe = (run_reference(kmodel, name, probe_inputs(component, inputs))
+                 if component.spectral_outputs else {})
         np.savez(args.out / "cases" / f"{stem}.npz",
                  **{k: v.detach().cpu().numpy() for k, v in env.items()})
         cases.append({
@@ -162,6 +166,8 @@ def main() -> None:
             "functions": [{"name": f.name, "inputs": list(f.inputs), "outputs": list(f.outputs),
                            "tight": bool(f.tight)} for f in component.functions],
             "spectral_outputs": list(component.spectral_outputs),
+            "probe_snr_db": {out: snr_db(probe[out].cpu().numpy(), env[out].cpu().numpy())
+                             for out in component.spectral_outputs},
         })
         print(stem, flush=True)
     document = {"target": args.target, "seed": args.seed, "tight_relative": TIGHT_RELATIVE,

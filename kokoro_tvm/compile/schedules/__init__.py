@@ -4,7 +4,7 @@ Two halves, both data:
 
 - ``LEGALIZATIONS``: Relax op -> a TE lowering shaped for the schedule (conv1d and matmul as
   contractions padded to whole register tiles, conv_transpose1d polyphase, tanh and whole
-  powers without libm calls). Each falls back to TVM's own legalization for cases it does not
+  powers without libm calls, long float32 sums accumulated in float64). Each falls back to TVM's own legalization for cases it does not
   cover.
 - ``RULES``: dlight-style ``ScheduleRule``s tried in order on every PrimFunc after FuseTIR; the
   first that applies schedules it. Contractions (found by the block annotation the
@@ -25,6 +25,7 @@ from kokoro_tvm.compile.schedules.conv_transpose import legalize_conv1d_transpos
 from kokoro_tvm.compile.schedules.elementwise import apply_elementwise
 from kokoro_tvm.compile.schedules.math import legalize_power, legalize_tanh
 from kokoro_tvm.compile.schedules.matmul import legalize_matmul
+from kokoro_tvm.compile.schedules.reduction import legalize_mean, legalize_sum
 
 LEGALIZATIONS = {
     "relax.nn.conv1d": legalize_conv1d,
@@ -32,6 +33,8 @@ LEGALIZATIONS = {
     "relax.matmul": legalize_matmul,
     "relax.tanh": legalize_tanh,
     "relax.power": legalize_power,
+    "relax.sum": legalize_sum,
+    "relax.mean": legalize_mean,
 }
 
 

@@ -1,0 +1,42 @@
+# Report: figures for `snakemake --report report.html` (the validation table is part of `all`;
+# the spectrogram comparison and the benchmark plots come with `snakemake figures`).
+
+
+rule validation_report:
+    input:
+        validations=lambda wildcards: per_library(paths.VALIDATION, wildcards.target),
+        code=package_files("report.py"),
+        script=script("validation_report.py"),
+    output:
+        report(paths.REPORT_VALIDATION, category="Validation", labels={"target": "{target}"}),
+    log:
+        "logs/report/validation/{target}.log",
+    conda:
+        "../envs/kokoro-tvm.yaml"
+    shell:
+        "python {input.script} --target {wildcards.target} --validations {input.validations}"
+        " --out {output} > {log} 2>&1"
+
+
+rule spectrogram:
+    input:
+        manifest=rules.manifest.output.manifest,
+        checkpoint=rules.weights.output.checkpoint,
+        config=rules.weights.output.config,
+        voice=expand(paths.ASSET_VOICE, voice=setting("report.voice")),
+        code=package_files("report.py", "runtime.py", "reference.py", "library.py"),
+        script=script("spectrogram.py"),
+    output:
+        report(paths.REPORT_SPECTROGRAM, category="Audio", labels={"target": "{target}"}),
+    params:
+        sentence=setting("report.sentence"),
+        voice=setting("report.voice"),
+    log:
+        "logs/report/spectrogram/{target}.log",
+    benchmark:
+        "benchmarks/report/spectrogram/{target}.tsv"
+    conda:
+        "../envs/kokoro-tvm.yaml"
+    shell:
+        "python {input.script} --target {wildcards.target} --sentence {params.sentence:q}"
+        " --voice {params.voice} --out {output} > {log} 2>&1"

@@ -1,0 +1,49 @@
+"""The optional MetaSchedule stage: a database for a library's kernels, applied by lower."""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from kokoro_tvm.compile.build import build_library
+from kokoro_tvm.compile.lower import fused_kernels, lower
+from kokoro_tvm.compile.targets import make_target
+from kokoro_tvm.compile.tune import tune
+from kokoro_tvm.library import Library, Weights
+
+TARGET = {"kind": "llvm", "mcpu": "host", "num-cores": 2}
+
+
+def _linear_gelu() -> tvm.IRModule:
+    x = relax.Var("x", relax.TensorType((24, 48), "float32"))
+    w = relax.Var("linear.weight", relax.TensorType((64, 48), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w], attrs={"num_input": 1}):
+        with bb.dataflow():
+            y = bb.emit(relax.op.matmul(x, relax.op.permute_dims(w)))
+            out = bb.emit_output(bb.emit(relax.op.tanh(y)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _scheduled_by(lowered: tvm.IRModule) -> dict[str, str]:
+    return {gv.name_hint: f.script(show_meta=False) for gv, f in lowered.functions_items()
+            if isinstance(f, tvm.tirx.PrimFunc)}
+
+
+def test_tuned_kernels_replace_our_schedules_and_compute_the_same(tmp_path):
+    mod, target = _linear_gelu(), make_target(TARGET)
+    kernels = fused_kernels(mod, target)
+    assert len(kernels.functions_items()) >= 1
+    figures = tune(mod, target, tmp_path / "db", max_trials=8, trials_per_task=8)
+    assert figures["kernels"] == len(kernels.functions_items()) and figures["tuning_records"] > 0
+    ours, tuned = lower(mod, target), lower(mod, target, tuning_db=str(tmp_path / "db"))
+    assert _scheduled_by(tuned) != _scheduled_by(ours)  # some kernel took the database's schedule
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((24, 48)).astype("float32")
+    w = rng.standard_normal((64, 48)).astype("float32")
+    for name, lowered in (("ours", ours), ("tuned", tuned)):
+        build_library(lowered, target, tmp_path / f"{name}.so")
+        (got,) = Library(tmp_path / f"{name}.so", Weights({"linear.weight": w}))("main", {"x": x})
+        np.testing.assert_allclose(got, np.tanh(x @ w.T), rtol=1e-5, atol=1e-5, err_msg=name)
+

@@ -1,0 +1,27 @@
+#!/usr/bin/env python3
+"""A sentence spoken by a target's libraries and by PyTorch (same noise): spectrograms as PNG."""
+import argparse
+import json
+import sys
+
+from kokoro_tvm.errors import run_script
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--root", default=".", help="folder holding results/")
+    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--sentence", required=True)
+    parser.add_argument("--voice", default="af_heart")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True, help="results/report/spectrogram/{target}.png")
+    args = parser.parse_args()
+    from kokoro_tvm.report import spectrogram_comparison
+
+    figures = spectrogram_comparison(args.root, args.target, args.sentence, args.voice, args.out,
+                                     args.seed)
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    sys.exit(run_script(main))

@@ -1,0 +1,28 @@
+#!/usr/bin/env python3
+"""Tune one library's kernels with MetaSchedule into a database folder (optional stage)."""
+import argparse
+import json
+import sys
+
+from kokoro_tvm.errors import run_script
+from kokoro_tvm.stages.tune import tune
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--relax", required=True, help="results/relax/{component}/{lstm}/b{bucket}.json")
+    parser.add_argument("--target-options", required=True,
+                        help='TVM target in dict form, as JSON, e.g. {"kind": "llvm", "mcpu": "host"}')
+    parser.add_argument("--max-trials", type=int, required=True, help="measured candidates in all")
+    parser.add_argument("--trials-per-task", type=int, required=True,
+                        help="measured candidates per kernel at most")
+    parser.add_argument("--out", required=True,
+                        help="results/tuning/{target}/{component}/{lstm}/b{bucket} (a folder)")
+    args = parser.parse_args()
+    figures = tune(args.relax, json.loads(args.target_options), args.max_trials,
+                   args.trials_per_task, args.out)
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    sys.exit(run_script(main))
