@@ -3,8 +3,9 @@
 Each engine runs in its own child process (one after the other, same sentences, same thread
 count), so that its peak memory is its own and no engine warms another's caches. Reported per
 engine: real-time factor (synthesis seconds / audio seconds) over all sentences after one
-warm-up, first-audio latency (text in -> first chunk out, for a multi-sentence text), load
-seconds and peak RSS; plus each engine's RTF relative to PyTorch's.
+warm-up run over the same sentences (so every library needed is loaded and its weights
+prepared), first-audio latency (text in -> first sentence's audio out, streaming a
+multi-sentence text), load seconds and peak RSS; plus each engine's RTF relative to PyTorch's.
 """
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ def _run_engine(name: str, root: Path, target: str, threads: int, voice: str,
     started = time.perf_counter()
     engine = _make_engine(name, root, target, threads)
     load_seconds = time.perf_counter() - started
-    speak(engine, SENTENCES[0], voice, root=root)  # warm-up: first calls allocate
+    for sentence in SENTENCES:  # warm-up: first calls load libraries, prepare weights, allocate
+        speak(engine, sentence, voice, root=root)
     synth, audio = 0.0, 0.0
     for sentence in SENTENCES:
         started = time.perf_counter()
@@ -78,7 +80,7 @@ def _run_engine(name: str, root: Path, target: str, threads: int, voice: str,
         synth += time.perf_counter() - started
         audio += samples / SAMPLE_RATE
     started = time.perf_counter()
-    next(iter(speak_chunks(engine, " ".join(SENTENCES), voice, root=root)))
+    next(iter(speak_chunks(engine, " ".join(SENTENCES), voice, root=root, per_sentence=True)))
     first_audio = time.perf_counter() - started
     queue.put({"engine": name, "rtf": synth / audio, "synthesis_seconds": synth,
                "audio_seconds": audio, "first_audio_seconds": first_audio,

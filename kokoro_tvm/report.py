@@ -81,10 +81,14 @@ def spectrogram_comparison(root: PathLike, target: str, sentence: str, voice: st
                "seconds": round(len(torch_audio) / 24_000, 3)}
     tvm_mel, torch_mel = log_mel(tvm_audio), log_mel(torch_audio)
     fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
-    for ax, image, title in ((axes[0], torch_mel, "PyTorch"), (axes[1], tvm_mel, f"TVM ({target})"),
-                             (axes[2], tvm_mel - torch_mel, "TVM - PyTorch")):
-        shown = ax.imshow(image, origin="lower", aspect="auto",
-                          cmap="coolwarm" if title.startswith("TVM -") else "magma")
+    difference = tvm_mel - torch_mel
+    spread = float(abs(difference).max()) or 1.0
+    panels = ((axes[0], torch_mel, "PyTorch", {"cmap": "magma"}),
+              (axes[1], tvm_mel, f"TVM ({target})", {"cmap": "magma"}),
+              (axes[2], difference, "TVM - PyTorch (log-mel)",
+               {"cmap": "coolwarm", "vmin": -spread, "vmax": spread}))
+    for ax, image, title, style in panels:
+        shown = ax.imshow(image, origin="lower", aspect="auto", **style)
         ax.set_title(title)
         ax.set_ylabel("mel band")
         fig.colorbar(shown, ax=ax)
