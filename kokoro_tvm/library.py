@@ -15,12 +15,20 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
-import tvm
+
+# TVM's thread pool defaults to the physical cores it infers as logical / 2, which is 1 on a
+# 2-core machine without SMT, where PyTorch uses both: libraries run on every core this process
+# may use unless TVM_NUM_THREADS says otherwise (read when the pool starts, on the first call).
+os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))
+                                             if hasattr(os, "sched_getaffinity")
+                                             else os.cpu_count() or 1))
+
+import tvm  # noqa: E402 - after the thread count is set
 # The runtime's VM class (relax.VirtualMachine is this one), so that a runtime-only TVM without
 # the compiler package can load libraries too (kokoro_tvm/bare.py).
-from tvm.runtime.vm import VirtualMachine
+from tvm.runtime.vm import VirtualMachine  # noqa: E402
 
-from kokoro_tvm.abi import TRANSFORM_SUFFIX
+from kokoro_tvm.abi import TRANSFORM_SUFFIX  # noqa: E402
 
 
 def parameter_names(vm: VirtualMachine, function: str) -> list[str]:
