@@ -23,11 +23,13 @@ decoder), i.e. what float32 rounding of the input alone does at that bucket.
 - log-mel L1 <= 0.25: the probe gave 0.037 (128 frames) to 0.19 (2048), TVM 0.030-0.21; the
   smallest real change, other SineGen noise draws, gave 0.32-0.42, F0 x 1.01 0.55-0.65,
   another style 1.3-1.7.
-- SNR >= the probe's SNR minus 10 dB: sample-wise agreement decays with length for PyTorch
-  itself (the probe: 27 dB at 128 frames, 21 at 512, 13 at 1024, 1 at 2048: the sine
-  generator accumulates phase over the whole utterance), so a fixed SNR bar would either
-  fail PyTorch against itself at long buckets or say nothing at short ones. TVM measured
-  26-30 dB at 128-512 frames (above the probe), 9.7 dB at 1024 and 5.9 dB at 2048.
+- SNR >= the probe's SNR minus 10 dB, or 30 dB where that is less: sample-wise agreement
+  decays with length for PyTorch itself (the probe: 27 dB at 128 frames, 21 at 512, 13 at
+  1024, 1 at 2048: the sine generator accumulates phase over the whole utterance), so a fixed
+  SNR bar would either fail PyTorch against itself at long buckets or say nothing at short
+  ones. TVM measured 26-30 dB at 128-512 frames (above the probe), 9.7 dB at 1024 and 5.9 dB
+  at 2048. The 30 dB cap (the runtime's bar against PyTorch, issue 5) is for waveforms that
+  barely react to the probe (the tiny random test model: probe 129 dB, TVM 114 dB).
 """
 from __future__ import annotations
 
@@ -47,8 +49,15 @@ from kokoro_tvm.library import Library, Weights
 
 TIGHT_RELATIVE = 1e-4
 # The chained waveform's bars (module docstring: measurements): log-mel L1 at most
-# ``log_mel_l1``, SNR at least the probe's SNR minus ``snr_below_probe_db``.
-SPECTRAL_TOLERANCES = {"log_mel_l1": 0.25, "snr_below_probe_db": 10.0}
+# ``log_mel_l1``; SNR at least the probe's SNR minus ``snr_below_probe_db``, capped at
+# ``snr_db_cap``.
+SPECTRAL_TOLERANCES = {"log_mel_l1": 0.25, "snr_below_probe_db": 10.0, "snr_db_cap": 30.0}
+
+
+def snr_bar(probe_snr: float) -> float:
+    """The waveform's SNR bar given the probe's SNR at the same inputs."""
+    return min(SPECTRAL_TOLERANCES["snr_db_cap"],
+               probe_snr - SPECTRAL_TOLERANCES["snr_below_probe_db"])
 
 SAMPLE_RATE = 24_000
 
@@ -144,8 +153,7 @@ def spectral_metrics(out: np.ndarray, ref: np.ndarray, probe: np.ndarray
     probe_snr = snr_db(probe, ref)
     return {
         "log_mel_l1": _metric(log_mel_l1(out, ref), SPECTRAL_TOLERANCES["log_mel_l1"], "max"),
-        "snr_db": _metric(snr_db(out, ref),
-                          probe_snr - SPECTRAL_TOLERANCES["snr_below_probe_db"], "min"),
+        "snr_db": _metric(snr_db(out, ref), snr_bar(probe_snr), "min"),
         "probe_log_mel_l1": _metric(log_mel_l1(probe, ref)),
         "probe_snr_db": _metric(probe_snr),
     }
