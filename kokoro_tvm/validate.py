@@ -188,14 +188,20 @@ def probe_inputs(component: Component, inputs: dict[str, torch.Tensor]
     return dict(inputs, **{name: inputs[name] * (1 + change)})
 
 
-def _chained(kmodel, component: Component, so_path, params_npz,
-             inputs: dict[str, torch.Tensor], ref: dict[str, torch.Tensor],
-             device: str = "cpu") -> dict[str, dict[str, Any]]:
-    """All functions chained library to library; spectral metrics on the final waveform."""
+def _run_chained(component: Component, so_path, params_npz, inputs: dict[str, torch.Tensor],
+                 device: str = "cpu") -> dict[str, np.ndarray]:
+    """The inputs and every function's outputs, the functions run library to library."""
     env = _numpy(inputs, inputs)
     for fn in component.functions:
         env.update(zip(fn.outputs, run_library(so_path, params_npz, fn.name,
                                                {i: env[i] for i in fn.inputs}, device)))
+    return env
+
+
+def _chained(kmodel, component: Component, env: dict[str, np.ndarray],
+             inputs: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]
+             ) -> dict[str, dict[str, Any]]:
+    """Spectral metrics on the final waveform of the chained run ``env``."""
     probe = run_reference(kmodel, component.name, probe_inputs(component, inputs))
     metrics = {}
     for name in component.spectral_outputs:
@@ -204,16 +210,11 @@ def _chained(kmodel, component: Component, so_path, params_npz,
     return metrics
 
 
-def _length_exact(kmodel, component: Component, so_path, params_npz,
-                  inputs: dict[str, torch.Tensor], device: str = "cpu"
-                  ) -> dict[str, dict[str, Any]]:
+def _length_exact(kmodel, component: Component, env: dict[str, np.ndarray],
+                  inputs: dict[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
     """The library's valid outputs on the padded inputs against unpatched Kokoro run on the
     utterance without padding (DESIGN.md section 6, length-exact fidelity); same bars: tight,
     or spectral for ``spectral_outputs`` (the decoder's waveform, its functions chained)."""
-    env = _numpy(inputs, inputs)
-    for fn in component.functions:
-        env.update(zip(fn.outputs, run_library(so_path, params_npz, fn.name,
-                                               {i: env[i] for i in fn.inputs}, device)))
     length = valid_length(component.name, inputs)
     exact = run_exact_length(kmodel, component.name, inputs)
     valid = crop(component.name, {name: env[name] for name in exact}, length)
@@ -239,10 +240,13 @@ def validate_component(kmodel, name: str, bucket: int, so_path: str | os.PathLik
     inputs = component.example_inputs(kmodel, bucket, seed)
     ref = run_reference(kmodel, name, inputs)
     metrics = _per_function(component, so_path, params_npz, ref, device)
-    if len(component.functions) > 1:
-        metrics.update(_chained(kmodel, component, so_path, params_npz, inputs, ref, device))
+    chained = len(component.functions) > 1
+    if chained or component.kokoro is not None:  # one chained run serves both checks
+        env = _run_chained(component, so_path, params_npz, inputs, device)
+    if chained:
+        metrics.update(_chained(kmodel, component, env, inputs, ref))
     if component.kokoro is not None:
-        metrics.update(_length_exact(kmodel, component, so_path, params_npz, inputs, device))
+        metrics.update(_length_exact(kmodel, component, env, inputs))
     judged = [m["passed"] for m in metrics.values() if "passed" in m]
     return {"component": name, "bucket": bucket, "seed": seed, "metrics": metrics,
             "passed": bool(judged) and all(judged)}

@@ -143,6 +143,21 @@ def _lanes(n: int, widest: int = 16) -> int:
 
 
 @T.macro
+def _reset_state(H, h, c):
+    """Zero hidden and cell state before each sequence; shared by both recurrence kernels."""
+    for j in range(H):
+        h[j] = T.float32(0)
+        c[j] = T.float32(0)
+
+
+@T.macro
+def _zero_step(H, out, b, t, d):
+    """A padded step's output (packed-sequence semantics: zeros beyond the length)."""
+    for j in range(H):
+        out[b, t, d * H + j] = T.float32(0)
+
+
+@T.macro
 def _cell_update(H, gates, c, h, out, b, t, d):
     """One step's cell and hidden state from the gate pre-activations (torch's i, f, g, o
     order), written to ``out``; shared by both recurrence kernels."""
@@ -169,9 +184,7 @@ def recurrence_kernel(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimFunc:
             c = T.alloc_buffer((H,), "float32")
             gates = T.alloc_buffer((G,), "float32")
             for b in range(B):
-                for j in range(H):
-                    h[j] = T.float32(0)
-                    c[j] = T.float32(0)
+                _reset_state(H, h, c)
                 for s in range(S):
                     t: T.let[T.int64] = T.Select(d == 0, T.int64(s), T.int64(S - 1 - s))
                     if t < lengths[b]:
@@ -181,8 +194,7 @@ def recurrence_kernel(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimFunc:
                                 gates[g] = gates[g] + w_hh[d, g, k] * h[k]
                         _cell_update(H, gates, c, h, out, b, t, d)
                     else:
-                        for j in range(H):
-                            out[b, t, d * H + j] = T.float32(0)
+                        _zero_step(H, out, b, t, d)
 
     return packed_lstm_recurrence
 
@@ -204,9 +216,7 @@ def recurrence_kernel_vec(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimF
             c = T.alloc_buffer((H,), "float32")
             gates = T.alloc_buffer((G,), "float32")
             for b in range(B):
-                for j in range(H):
-                    h[j] = T.float32(0)
-                    c[j] = T.float32(0)
+                _reset_state(H, h, c)
                 for s in range(S):
                     t: T.let[T.int64] = T.Select(d == 0, T.int64(s), T.int64(S - 1 - s))
                     if t < lengths[b]:
@@ -220,8 +230,7 @@ def recurrence_kernel_vec(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimF
                                                           + h[k] * w_hh_t[d, k, g0 * V + g1])
                         _cell_update(H, gates, c, h, out, b, t, d)
                     else:
-                        for j in range(H):
-                            out[b, t, d * H + j] = T.float32(0)
+                        _zero_step(H, out, b, t, d)
 
     return packed_lstm_recurrence_vec
 
