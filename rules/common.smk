@@ -144,7 +144,7 @@ def import_code(wildcards):
     modules = ["compile/importer.py", "compile/converters.py", "stages/common.py",
                "stages/relax_import.py"]
     if COMPONENTS[wildcards.component].has_lstm:
-        modules += ["compile/lstm.py", "packed_lstm.py"]
+        modules += ["compile/lstm.py", "compile/fastmath.py", "packed_lstm.py"]
     return package_files(*modules)
 
 

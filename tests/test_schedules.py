@@ -192,6 +192,30 @@ def test_tanh_gelu(target_name, tmp_path):
     assert "powf" not in lowered.script(show_meta=False)
 
 
+@pytest.mark.parametrize("target_name", sorted(TARGETS))
+def test_snake_and_phase_sin_cos(target_name, tmp_path):
+    """Snake (x + sin(a x)^2 / a) on activations and sin/cos of sine-generator phases up to 1e6,
+    legalized without libm calls, against TVM's libm lowering: max abs error <= 1e-6 (both
+    round to float32 within an ulp of the exact value)."""
+    shapes = {"x": (3, 16, 1001), "phase": (3, 16, 1001)}
+
+    def body(x, phase):
+        alpha = relax.const(1.7)
+        snake = relax.op.add(x, relax.op.divide(
+            relax.op.power(relax.op.sin(relax.op.multiply(alpha, x)), relax.const(2.0)), alpha))
+        return relax.op.add(snake, relax.op.multiply(relax.op.sin(phase), relax.op.cos(phase)))
+
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(shapes["x"]) * 4).astype("float32")
+    phase = rng.uniform(-1e6, 1e6, shapes["phase"]).astype("float32")
+    target = make_target(TARGETS[target_name])
+    got, lowered = _run(_function(shapes, body), target, [x, phase], True, tmp_path)
+    want, _ = _run(_function(shapes, body), target, [x, phase], False, tmp_path)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    script = lowered.script(show_meta=False)
+    assert "T.sin(" not in script and "T.cos(" not in script
+
+
 def test_weight_transforms_are_lifted(tmp_path):
     """A Linear used twice (ALBERT shares its layers): transpose and panel packing of the weight
     move into main_transform_params, which takes the weight by name and runs once per library;

@@ -16,9 +16,9 @@ DESIGN.md section 4); they differ in the recurrence:
   the bucket.
 - ``tir``: one TIR PrimFunc (``call_tir``) with a loop over time; scalar loops, directions one
   after the other. The IR size does not depend on the bucket.
-- ``tir_vec``: as ``tir``, with the recurrent weight transposed so that the gate update is a
-  vectorised axpy per hidden unit, the two directions on two threads, and the input projection
-  a tiled, vectorised, parallel TIR kernel instead of TVM's unscheduled matmul.
+- ``tir_vec``: as ``tir``, with the recurrent weight transposed so that the gate update runs on
+  register-held chunks of gates (vector FMAs), a vectorised cell update, and the two directions
+  on two threads.
 
 In both TIR kernels a step ``t`` of sequence ``b`` runs only when ``t < lengths[b]``: the
 forward direction walks t = 0..T-1, the reverse one T-1..0 from a zero state, so it starts at the
@@ -35,7 +35,12 @@ from torch import fx
 from tvm import relax
 from tvm.script import tirx as T
 
+from kokoro_tvm.compile import fastmath
 from kokoro_tvm.packed_lstm import CONVERTER_KEY
+
+# Gate accumulators per chunk in the vectorised recurrence, in vectors: 8 of 32 AVX-512 (or
+# NEON) registers leave room for the weight vectors and the broadcast of h[k].
+CHUNK_VECTORS = 8
 
 
 @dataclass(frozen=True)
@@ -158,14 +163,18 @@ def _zero_step(H, out, b, t, d):
 
 
 @T.macro
-def _cell_update(H, gates, c, h, out, b, t, d):
+def _cell_update(H, L, gates, c, h, out, b, t, d):
     """One step's cell and hidden state from the gate pre-activations (torch's i, f, g, o
-    order), written to ``out``; shared by both recurrence kernels."""
-    for j in range(H):
-        c[j] = (T.sigmoid(gates[H + j]) * c[j]
-                + T.sigmoid(gates[j]) * T.tanh(gates[2 * H + j]))
-        h[j] = T.sigmoid(gates[3 * H + j]) * T.tanh(c[j])
-        out[b, t, d * H + j] = h[j]
+    order), written to ``out``, ``L`` hidden units at a time (vector lanes); shared by both
+    recurrence kernels. Arithmetic-only tanh and sigmoid (compile/fastmath.py), so it vectorizes."""
+    for j0 in range(H // L):
+        for j1 in T.vectorized(L):
+            c[j0 * L + j1] = (fastmath.sigmoid(gates[H + j0 * L + j1]) * c[j0 * L + j1]
+                              + fastmath.sigmoid(gates[j0 * L + j1])
+                              * fastmath.tanh(gates[2 * H + j0 * L + j1]))
+            h[j0 * L + j1] = (fastmath.sigmoid(gates[3 * H + j0 * L + j1])
+                              * fastmath.tanh(c[j0 * L + j1]))
+            out[b, t, d * H + j0 * L + j1] = h[j0 * L + j1]
 
 
 def recurrence_kernel(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimFunc:
@@ -192,7 +201,7 @@ def recurrence_kernel(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimFunc:
                             gates[g] = xproj[b, t, d, g]
                             for k in range(H):
                                 gates[g] = gates[g] + w_hh[d, g, k] * h[k]
-                        _cell_update(H, gates, c, h, out, b, t, d)
+                        _cell_update(H, 1, gates, c, h, out, b, t, d)
                     else:
                         _zero_step(H, out, b, t, d)
 
@@ -200,10 +209,16 @@ def recurrence_kernel(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimFunc:
 
 
 def recurrence_kernel_vec(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimFunc:
-    """As ``recurrence_kernel`` with w_hh transposed ([2, H, 4H]): the gate update is an axpy
-    over the 4H gates per hidden unit (vectorised), and each direction runs on its own thread."""
+    """As ``recurrence_kernel`` with w_hh transposed ([2, H, 4H]) and each direction on its own
+    thread. The gate update runs over chunks of ``C`` gates held in registers (accumulators)
+    while k walks the hidden units: per k one broadcast of h[k] and C / V contiguous weight
+    vectors, so gates are loaded and stored once per step, not once per k. The cell update is
+    vectorised too."""
     B, S, H, G = batch, steps, hidden, 4 * hidden
     V = _lanes(G)
+    U = max(u for u in range(1, CHUNK_VECTORS + 1) if (G // V) % u == 0)
+    C = U * V
+    L = _lanes(H)
 
     @T.prim_func(private=True)
     def packed_lstm_recurrence_vec(xproj: T.Buffer((B, S, 2, G), "float32"),
@@ -220,54 +235,24 @@ def recurrence_kernel_vec(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimF
                 for s in range(S):
                     t: T.let[T.int64] = T.Select(d == 0, T.int64(s), T.int64(S - 1 - s))
                     if t < lengths[b]:
-                        for g0 in range(G // V):
-                            for g1 in T.vectorized(V):
-                                gates[g0 * V + g1] = xproj[b, t, d, g0 * V + g1]
-                        for k in range(H):
-                            for g0 in range(G // V):
-                                for g1 in T.vectorized(V):
-                                    gates[g0 * V + g1] = (gates[g0 * V + g1]
-                                                          + h[k] * w_hh_t[d, k, g0 * V + g1])
-                        _cell_update(H, gates, c, h, out, b, t, d)
+                        for chunk in range(G // C):
+                            acc = T.alloc_buffer((C,), "float32", scope="local")
+                            for u in T.unroll(U):
+                                for v in T.vectorized(V):
+                                    acc[u * V + v] = xproj[b, t, d, chunk * C + u * V + v]
+                            for k in range(H):
+                                for u in T.unroll(U):
+                                    for v in T.vectorized(V):
+                                        acc[u * V + v] = (acc[u * V + v] + h[k]
+                                                          * w_hh_t[d, k, chunk * C + u * V + v])
+                            for u in T.unroll(U):
+                                for v in T.vectorized(V):
+                                    gates[chunk * C + u * V + v] = acc[u * V + v]
+                        _cell_update(H, L, gates, c, h, out, b, t, d)
                     else:
                         _zero_step(H, out, b, t, d)
 
     return packed_lstm_recurrence_vec
-
-
-def projection_kernel(rows: int, inputs: int, outputs: int) -> tvm.tirx.PrimFunc:
-    """y [R, O] = x [R, I] @ w_t [I, O] + bias [O]: blocks of rows x (vector) columns in
-    registers, the blocks spread over threads, each weight row read once per row block."""
-    R, I, O = rows, inputs, outputs
-    RB = 4 if R % 4 == 0 else 2 if R % 2 == 0 else 1
-    V = _lanes(O)
-    CB = V * 4 if O % (V * 4) == 0 else V
-
-    @T.prim_func(private=True)
-    def packed_lstm_projection(x: T.Buffer((R, I), "float32"), w_t: T.Buffer((I, O), "float32"),
-                               bias: T.Buffer((O,), "float32"),
-                               y: T.Buffer((R, O), "float32")):
-        T.func_attr({"tir.noalias": True})
-        for block in T.parallel((R // RB) * (O // CB)):
-            acc = T.alloc_buffer((RB, CB), "float32", scope="local")
-            r0: T.let[T.int32] = block // (O // CB) * RB
-            c0: T.let[T.int32] = block % (O // CB) * CB
-            for r in range(RB):
-                for v0 in range(CB // V):
-                    for v1 in T.vectorized(V):
-                        acc[r, v0 * V + v1] = bias[c0 + v0 * V + v1]
-            for k in range(I):
-                for r in range(RB):
-                    for v0 in range(CB // V):
-                        for v1 in T.vectorized(V):
-                            acc[r, v0 * V + v1] = (acc[r, v0 * V + v1]
-                                                   + x[r0 + r, k] * w_t[k, c0 + v0 * V + v1])
-            for r in range(RB):
-                for v0 in range(CB // V):
-                    for v1 in T.vectorized(V):
-                        y[r0 + r, c0 + v0 * V + v1] = acc[r, v0 * V + v1]
-
-    return packed_lstm_projection
 
 
 def _call_kernel(bb, kernel: tvm.tirx.PrimFunc, name: str, args: list, shape, dtype="float32"):
@@ -281,37 +266,32 @@ def _shape_tag(a: _Args, inputs: int) -> str:
     return f"b{a.batch}_t{a.steps}_i{inputs}_h{a.hidden}"
 
 
-def convert_tir(node: fx.Node, importer) -> relax.Expr:
-    """packed_lstm as a Relax matmul (input projection) and one scalar TIR recurrence."""
+def _convert_recurrence(node: fx.Node, importer, vectorised: bool) -> relax.Expr:
+    """packed_lstm as a Relax matmul (the input projection of both directions, scheduled like
+    every matmul) and one TIR recurrence kernel."""
     op, bb = relax.op, importer.block_builder
     a = _args(node, importer)
     G = 4 * a.hidden
     xproj = bb.emit(op.reshape(_projection_relax(bb, a), (a.batch, a.steps, 2, G)))
-    w_hh = bb.emit(op.stack([a.weights[1], a.weights[5]], axis=0))  # [2, 4H, H]
-    kernel = recurrence_kernel(a.batch, a.steps, a.hidden)
-    name = f"packed_lstm_recurrence_{_shape_tag(a, int(a.x.ty.shape[2]))}"
-    return _call_kernel(bb, kernel, name, [xproj, w_hh, a.lengths],
-                        (a.batch, a.steps, 2 * a.hidden))
+    w_hh = op.stack([a.weights[1], a.weights[5]], axis=0)  # [2, 4H, H]
+    tag = _shape_tag(a, int(a.x.ty.shape[2]))
+    if vectorised:
+        w_hh = op.permute_dims(w_hh, [0, 2, 1])  # [2, H, 4H]
+        kernel, name = recurrence_kernel_vec, f"packed_lstm_recurrence_vec_{tag}"
+    else:
+        kernel, name = recurrence_kernel, f"packed_lstm_recurrence_{tag}"
+    return _call_kernel(bb, kernel(a.batch, a.steps, a.hidden), name,
+                        [xproj, bb.emit(w_hh), a.lengths], (a.batch, a.steps, 2 * a.hidden))
+
+
+def convert_tir(node: fx.Node, importer) -> relax.Expr:
+    """packed_lstm with the scalar recurrence."""
+    return _convert_recurrence(node, importer, vectorised=False)
 
 
 def convert_tir_vec(node: fx.Node, importer) -> relax.Expr:
-    """packed_lstm as a vectorised, parallel TIR projection and TIR recurrence."""
-    op, bb = relax.op, importer.block_builder
-    a = _args(node, importer)
-    B, S, H, G = a.batch, a.steps, a.hidden, 4 * a.hidden
-    inputs = int(a.x.ty.shape[2])
-    tag = _shape_tag(a, inputs)
-    w_ih_t = bb.emit(op.permute_dims(op.concat([a.weights[0], a.weights[4]], axis=0)))  # [I, 8H]
-    bias = bb.emit(op.concat([op.add(a.weights[2], a.weights[3]),
-                              op.add(a.weights[6], a.weights[7])], axis=0))
-    x2d = bb.emit(op.reshape(a.x, (B * S, inputs)))
-    xproj = _call_kernel(bb, projection_kernel(B * S, inputs, 2 * G),
-                         f"packed_lstm_projection_{tag}", [x2d, w_ih_t, bias], (B * S, 2 * G))
-    xproj = bb.emit(op.reshape(xproj, (B, S, 2, G)))
-    w_hh_t = bb.emit(op.permute_dims(op.stack([a.weights[1], a.weights[5]], axis=0),
-                                     [0, 2, 1]))  # [2, H, 4H]
-    return _call_kernel(bb, recurrence_kernel_vec(B, S, H), f"packed_lstm_recurrence_vec_{tag}",
-                        [xproj, w_hh_t, a.lengths], (B, S, 2 * H))
+    """packed_lstm with the vectorised, two-thread recurrence."""
+    return _convert_recurrence(node, importer, vectorised=True)
 
 
 LSTM_METHODS: dict[str, LstmMethod] = {

@@ -3,9 +3,9 @@
 Two halves, both data:
 
 - ``LEGALIZATIONS``: Relax op -> a TE lowering shaped for the schedule (conv1d and matmul as
-  contractions padded to whole register tiles, conv_transpose1d polyphase, tanh and whole
-  powers without libm calls, long float32 sums accumulated in float64). Each falls back to TVM's own legalization for cases it does not
-  cover.
+  contractions padded to whole register tiles, conv_transpose1d polyphase, tanh, sin, cos and
+  whole powers without libm calls, long float32 sums accumulated in float64). Each falls back
+  to TVM's own legalization for cases it does not cover.
 - ``RULES``: dlight-style ``ScheduleRule``s tried in order on every PrimFunc after FuseTIR; the
   first that applies schedules it. Contractions (found by the block annotation the
   legalizations set) first, then parallel/vectorized loops for everything else.
@@ -23,7 +23,8 @@ from kokoro_tvm.compile.schedules.contraction import apply_contraction
 from kokoro_tvm.compile.schedules.conv1d import legalize_conv1d
 from kokoro_tvm.compile.schedules.conv_transpose import legalize_conv1d_transpose
 from kokoro_tvm.compile.schedules.elementwise import apply_elementwise
-from kokoro_tvm.compile.schedules.math import legalize_power, legalize_tanh
+from kokoro_tvm.compile.schedules.math import (legalize_cos, legalize_power, legalize_sin,
+                                                legalize_tanh)
 from kokoro_tvm.compile.schedules.matmul import legalize_matmul
 from kokoro_tvm.compile.schedules.reduction import legalize_mean, legalize_sum
 
@@ -32,6 +33,8 @@ LEGALIZATIONS = {
     "relax.nn.conv1d_transpose": legalize_conv1d_transpose,
     "relax.matmul": legalize_matmul,
     "relax.tanh": legalize_tanh,
+    "relax.sin": legalize_sin,
+    "relax.cos": legalize_cos,
     "relax.power": legalize_power,
     "relax.sum": legalize_sum,
     "relax.mean": legalize_mean,
