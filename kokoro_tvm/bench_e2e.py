@@ -1,17 +1,23 @@
 """End-to-end speed: the TVM runtime, PyTorch eager and onnxruntime (int8 ONNX) on the same text.
 
-Each engine runs in its own child process (one after the other, same sentences, same thread
-count), so that its peak memory is its own and no engine warms another's caches. Reported per
-engine: real-time factor (synthesis seconds / audio seconds) over all sentences after one
-warm-up run over the same sentences (so every library needed is loaded and its weights
-prepared), first-audio latency (text in -> first sentence's audio out, streaming a
-multi-sentence text), load seconds and peak RSS; plus each engine's RTF relative to PyTorch's.
+Each engine lives in its own child process (same sentences, same thread count), so that its
+peak memory is its own. The children load and warm up one after another (one run over the
+sentences: every library needed is loaded and its weights prepared), then measure in rounds,
+taking turns: round 1 TVM, PyTorch, onnxruntime, round 2 the same, ... so that a change in the
+machine's load or clock during the run hits every engine alike (one pass per engine, one after
+the other, moved PyTorch's RTF by 13% between two runs). Reported per engine: real-time factor
+(synthesis seconds / audio seconds over all sentences), median over the rounds with every
+round's value; first-audio latency (text in -> first sentence's audio out, streaming a
+multi-sentence text), median over the rounds; load seconds and peak RSS; plus each engine's
+median RTF relative to PyTorch's.
 """
 from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
 import resource
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +31,7 @@ SENTENCES = (
     "On a quiet morning in early spring, the old town slowly woke up to the sound of bells.",
 )
 ENGINES = ("tvm", "torch", "onnxruntime")
+ROUNDS = 5
 
 
 class OnnxEngine:
@@ -63,8 +70,10 @@ def _make_engine(name: str, root: Path, target: str, threads: int):
     return OnnxEngine(paths.artifact(paths.ASSET_ONNX, root), threads)
 
 
-def _run_engine(name: str, root: Path, target: str, threads: int, voice: str,
-                queue: multiprocessing.Queue) -> None:
+def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
+                  requests: multiprocessing.Queue, replies: multiprocessing.Queue) -> None:
+    """A child process: load and warm up one engine, then answer "round" requests with one
+    timed pass over the sentences and the first-audio latency, and "stop" with its figures."""
     os.environ["TVM_NUM_THREADS"] = str(threads)  # read when TVM's thread pool starts
     from kokoro_tvm.speech import SAMPLE_RATE, speak, speak_chunks
 
@@ -73,38 +82,69 @@ def _run_engine(name: str, root: Path, target: str, threads: int, voice: str,
     load_seconds = time.perf_counter() - started
     for sentence in SENTENCES:  # warm-up: first calls load libraries, prepare weights, allocate
         speak(engine, sentence, voice, root=root)
-    synth, audio = 0.0, 0.0
-    for sentence in SENTENCES:
+    replies.put("ready")
+    while requests.get() == "round":
+        synth, audio = 0.0, 0.0
+        for sentence in SENTENCES:
+            started = time.perf_counter()
+            samples = len(speak(engine, sentence, voice, root=root))
+            synth += time.perf_counter() - started
+            audio += samples / SAMPLE_RATE
         started = time.perf_counter()
-        samples = len(speak(engine, sentence, voice, root=root))
-        synth += time.perf_counter() - started
-        audio += samples / SAMPLE_RATE
-    started = time.perf_counter()
-    next(iter(speak_chunks(engine, " ".join(SENTENCES), voice, root=root, per_sentence=True)))
-    first_audio = time.perf_counter() - started
-    queue.put({"engine": name, "rtf": synth / audio, "synthesis_seconds": synth,
-               "audio_seconds": audio, "first_audio_seconds": first_audio,
-               "load_seconds": load_seconds,
-               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+        next(iter(speak_chunks(engine, " ".join(SENTENCES), voice, root=root,
+                               per_sentence=True)))
+        replies.put({"synthesis_seconds": synth, "audio_seconds": audio,
+                     "first_audio_seconds": time.perf_counter() - started})
+    replies.put({"load_seconds": load_seconds,
+                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+
+
+def _reply(name: str, child, replies: multiprocessing.Queue):
+    """The child's next reply; an error instead of waiting forever if the child has died."""
+    while True:
+        try:
+            return replies.get(timeout=5)
+        except queue.Empty:
+            if not child.is_alive():
+                raise RuntimeError(f"the {name} engine's process exited (code {child.exitcode}) "
+                                   "before replying; its error is above") from None
 
 
 def benchmark(root: str | Path, target: str = "llvm", threads: int = 2, voice: str = "af_heart",
-              engines=ENGINES) -> dict[str, Any]:
-    """Every engine's figures, measured in turn in child processes."""
+              engines=ENGINES, rounds: int = ROUNDS) -> dict[str, Any]:
+    """Every engine's figures, measured in interleaved rounds (module docstring)."""
     context = multiprocessing.get_context("spawn")
-    results = []
-    for name in engines:
-        queue = context.Queue()
-        child = context.Process(target=_run_engine,
-                                args=(name, Path(root), target, threads, voice, queue))
+    children = {}
+    for name in engines:  # one at a time, so that loading and warm-up do not overlap
+        requests, replies = context.Queue(), context.Queue()
+        child = context.Process(target=_serve_engine, args=(name, Path(root), target, threads,
+                                                            voice, requests, replies))
         child.start()
-        results.append(queue.get())
+        _reply(name, child, replies)
+        children[name] = (child, requests, replies)
+    measured: dict[str, list[dict[str, float]]] = {name: [] for name in engines}
+    for _ in range(rounds):
+        for name, (child, requests, replies) in children.items():
+            requests.put("round")
+            measured[name].append(_reply(name, child, replies))
+    results = []
+    for name, (child, requests, replies) in children.items():
+        requests.put("stop")
+        result = {"engine": name, **_reply(name, child, replies)}
         child.join()
+        rtfs = [m["synthesis_seconds"] / m["audio_seconds"] for m in measured[name]]
+        result.update(rtf=statistics.median(rtfs), rtf_rounds=rtfs,
+                      audio_seconds=measured[name][0]["audio_seconds"],
+                      synthesis_seconds=statistics.median(
+                          m["synthesis_seconds"] for m in measured[name]),
+                      first_audio_seconds=statistics.median(
+                          m["first_audio_seconds"] for m in measured[name]))
+        results.append(result)
     torch_rtf = next((r["rtf"] for r in results if r["engine"] == "torch"), None)
     for result in results:
         result["rtf_vs_torch"] = result["rtf"] / torch_rtf if torch_rtf else None
     return {"target": target, "threads": threads, "voice": voice, "sentences": list(SENTENCES),
-            "cpu_count": os.cpu_count(), "engines": results}
+            "rounds": rounds, "cpu_count": os.cpu_count(), "engines": results}
 
 
 def plot(figures: dict[str, Any], dest: str | Path) -> None:

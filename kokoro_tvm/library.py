@@ -5,11 +5,16 @@ everything ``f`` computes from weights alone (transposed matmul weights, weight-
 kernels, ALBERT's shared layer weights once instead of twelve times). It takes the weights by
 KModel state-dict key and returns them prepared; ``f`` then takes its inputs by name, followed
 by the prepared weights in that order. A library's weights are prepared once, on first use.
+Libraries of one component (its buckets) share one ``Weights``, and prepared tensors that are
+equal byte for byte are kept once there: the decoder's 213 MB of prepared weights are the same
+at every bucket, and one copy per bucket cost memory and cache misses whenever sentences
+alternated between buckets.
 Callers pass inputs by name and the weights come from the component's params file, so no
 argument order is stored anywhere else.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Callable, Mapping
@@ -55,12 +60,23 @@ def input_names(vm: VirtualMachine, function: str, prepared: list) -> list[str]:
 
 class Weights:
     """One component's weights (a params .npz path, or name -> array), converted to device
-    tensors on first use, then cached."""
+    tensors on first use, then cached; and the prepared weights its libraries share."""
 
     def __init__(self, source: str | os.PathLike | Mapping[str, np.ndarray], device=None):
         self.arrays = np.load(source) if isinstance(source, (str, os.PathLike)) else source
         self.device = device or tvm.cpu()
         self._tensors: dict[str, tvm.runtime.Tensor] = {}
+        self._prepared: dict[tuple, tvm.runtime.Tensor] = {}
+
+    def shared(self, prepared: list) -> list:
+        """``prepared`` with every tensor replaced by an equal one kept earlier, if any."""
+        out = []
+        for tensor in prepared:
+            array = tensor.numpy()
+            key = (array.shape, str(array.dtype),
+                   hashlib.blake2b(array.tobytes(), digest_size=16).digest())
+            out.append(self._prepared.setdefault(key, tensor))
+        return out
 
     def __contains__(self, name: str) -> bool:
         return name in self.arrays
@@ -90,7 +106,8 @@ class Library:
     def prepared(self, function: str) -> list:
         """``function``'s prepared weights (computed on the first call, then kept)."""
         if function not in self._prepared:
-            self._prepared[function] = prepare_weights(self.vm, function, self._weight, self.path)
+            self._prepared[function] = self.weights.shared(
+                prepare_weights(self.vm, function, self._weight, self.path))
         return self._prepared[function]
 
     def bind(self, function: str, inputs: Mapping[str, np.ndarray]) -> Callable[[], object]:

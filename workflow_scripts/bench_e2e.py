@@ -16,11 +16,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--voice", default="af_heart")
     parser.add_argument("--engines", default=",".join(bench_e2e.ENGINES))
+    parser.add_argument("--rounds", type=int, default=bench_e2e.ROUNDS,
+                        help="measuring rounds, engines taking turns (median reported)")
     parser.add_argument("--out-json", required=True)
     parser.add_argument("--out-plot", required=True)
     args = parser.parse_args()
     figures = bench_e2e.benchmark(args.root, args.target, args.threads, args.voice,
-                                  args.engines.split(","))
+                                  args.engines.split(","), args.rounds)
     write_json(args.out_json, figures)
     bench_e2e.plot(figures, args.out_plot)
     print(json.dumps(figures, indent=1))
