@@ -7,6 +7,8 @@ import shutil
 import numpy as np
 import pytest
 
+from kokoro_tvm import paths
+from kokoro_tvm.library import Library, Weights
 from kokoro_tvm.reference import TorchEngine, kokoro_noise
 from kokoro_tvm.runtime import RuntimeLibraryError, TvmEngine
 from kokoro_tvm.validate import snr_db
@@ -43,6 +45,27 @@ def test_changed_library_is_refused(built, tmp_path):
     library.write_bytes(library.read_bytes() + b"\0")
     with pytest.raises(RuntimeLibraryError, match="does not match the manifest"):
         TvmEngine(copy)
+
+
+def test_equal_prepared_weights_are_kept_once(built):
+    """Two libraries of the decoder (the llvm and llvm_generic builds: other vector widths, so
+    some prepared weights differ) on one Weights: a prepared tensor is shared exactly when its
+    contents equal the other library's, and each library's prepared weights are those it
+    prepares alone."""
+    manifest = json.loads((built / "results/manifest/llvm.json").read_text())
+    entry = next(e for e in manifest["libraries"] if e["component"] == "decoder")
+    libraries = [built / entry["library"],
+                 built / entry["library"].replace("/llvm/", "/llvm_generic/", 1)]
+    params = built / paths.PARAMS.format(component="decoder")
+    weights = Weights(params)
+    first, second = (Library(p, weights).prepared("body") for p in libraries)
+    assert len(first) == len(second)
+    pairs = [(a.same_as(b), a.shape == b.shape and np.array_equal(a.numpy(), b.numpy()))
+             for a, b in zip(first, second)]
+    assert all(shared == equal for shared, equal in pairs)
+    assert any(shared for shared, _ in pairs)
+    alone = Library(libraries[0], Weights(params)).prepared("body")
+    assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(first, alone))
 
 
 def test_missing_manifest_says_how_to_build(tmp_path):
