@@ -33,6 +33,32 @@ def _key(path) -> str:
     return out or "(top level)"
 
 
+def _type_command_line_values(value: Any, spec: dict[str, Any]) -> Any:
+    """``value`` with strings turned into the booleans and numbers ``spec`` asks for.
+
+    ``snakemake --config tuning='{enabled: true, max_trials: 16}'`` hands nested values over as
+    strings ('true', '16'); YAML-parsing such a string where the schema wants a boolean or a
+    number (and no string) gives what the user wrote. Anything else is left for the schema to
+    judge."""
+    if isinstance(value, dict):
+        properties = spec.get("properties", {})
+        for key, item in value.items():
+            if key in properties:
+                value[key] = _type_command_line_values(item, properties[key])
+        return value
+    if isinstance(value, list) and isinstance(spec.get("items"), dict):
+        return [_type_command_line_values(item, spec["items"]) for item in value]
+    types = spec.get("type", [])
+    types = [types] if isinstance(types, str) else types
+    if isinstance(value, str) and "string" not in types and {"boolean", "integer", "number"} & set(types):
+        parsed = yaml.safe_load(value)
+        wanted = {"boolean": bool, "integer": int, "number": (int, float)}
+        if any(isinstance(parsed, wanted[t]) and not (t != "boolean" and isinstance(parsed, bool))
+               for t in types if t in wanted):
+            return parsed
+    return value
+
+
 def _check_schema(config: dict[str, Any]) -> None:
     validator = jsonschema.Draft202012Validator(schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
@@ -92,10 +118,12 @@ def _check_targets(config: dict[str, Any]) -> None:
 
 
 def validate_config(config: dict[str, Any], base: str | Path = ".") -> dict[str, Any]:
-    """Raises ConfigError naming the key if ``config`` cannot work; returns it unchanged.
+    """Raises ConfigError naming the key if ``config`` cannot work; returns it, with booleans
+    and numbers given as strings on Snakemake's command line typed (in place).
 
     ``base`` is the folder relative paths in the config are taken from (Snakemake's workdir).
     """
+    _type_command_line_values(config, schema())
     _check_schema(config)
     base = Path(base)
     _check_weights(config, base)

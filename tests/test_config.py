@@ -53,3 +53,18 @@ def test_path_source_accepts_existing_files(tmp_path):
     config = load_config(REPO / "config.yaml")
     config["weights"].update(source="path", checkpoint="w.pth", model_config="c.json")
     assert validate_config(config, base=tmp_path) is config
+
+
+def test_command_line_values_are_typed(tmp_path):
+    """README's `--config tuning='{enabled: true, ...}'`: Snakemake passes nested values as
+    strings; they reach the rules as a boolean and integers, and a bad one is still refused."""
+    done = run_snakemake(tmp_path, "-n", "all", "--config",
+                         "tuning={enabled: true, max_trials: 16, trials_per_task: 4}")
+    assert "rule tune:" in done.stdout or "\ntune " in done.stdout, done.stdout[-2000:]
+    bad = run_snakemake(tmp_path, "-n", "--config", "tuning={enabled: maybe, max_trials: 16, "
+                        "trials_per_task: 4}", check=False)
+    assert bad.returncode != 0 and "'tuning.enabled'" in bad.stdout + bad.stderr
+    config = load_config(REPO / "config.yaml")
+    config["tuning"].update(enabled="false", max_trials="1000")
+    validate_config(config)
+    assert config["tuning"]["enabled"] is False and config["tuning"]["max_trials"] == 1000
