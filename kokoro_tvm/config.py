@@ -49,14 +49,15 @@ def _type_command_line_values(value: Any, spec: dict[str, Any]) -> Any:
     if isinstance(value, list) and isinstance(spec.get("items"), dict):
         return [_type_command_line_values(item, spec["items"]) for item in value]
     types = spec.get("type", [])
-    types = [types] if isinstance(types, str) else types
-    if isinstance(value, str) and "string" not in types and {"boolean", "integer", "number"} & set(types):
-        parsed = yaml.safe_load(value)
-        wanted = {"boolean": bool, "integer": int, "number": (int, float)}
-        if any(isinstance(parsed, wanted[t]) and not (t != "boolean" and isinstance(parsed, bool))
-               for t in types if t in wanted):
-            return parsed
-    return value
+    types = {types} if isinstance(types, str) else set(types)
+    if not isinstance(value, str) or "string" in types:
+        return value
+    parsed = yaml.safe_load(value)
+    # bool is an int in Python: 'true' must not pass for an integer.
+    kind = ("boolean" if isinstance(parsed, bool) else "integer" if isinstance(parsed, int)
+            else "number" if isinstance(parsed, float) else None)
+    fits = kind in types or (kind == "integer" and "number" in types)
+    return parsed if fits else value
 
 
 def _check_schema(config: dict[str, Any]) -> None:
