@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kokoro_tvm.masked_norm import masked_instance_norm
 from kokoro_tvm.packed_lstm import run_lstm
 
 # --------------------------------------------------------------------------------------------
@@ -228,13 +229,11 @@ class TextEncoderWrapper(nn.Module):
         return self.text_encoder(input_ids, _lengths(text_mask), text_mask)
 
 
-def _masked_adain(adain, x, s, valid, count):
+def _masked_adain(adain, x, s, valid):
     """Kokoro's AdaIN1d with InstanceNorm statistics over the valid frames only (biased
     variance and eps as torch's instance_norm)."""
     norm = adain.norm
-    mean = (x * valid).sum(dim=-1, keepdim=True) / count
-    var = (((x - mean) * valid) ** 2).sum(dim=-1, keepdim=True) / count
-    y = (x - mean) * torch.rsqrt(var + norm.eps)
+    y = masked_instance_norm(x, valid, norm.eps)
     if norm.affine:
         y = y * norm.weight[:, None] + norm.bias[:, None]
     gamma, beta = torch.chunk(adain.fc(s)[:, :, None], chunks=2, dim=1)
@@ -246,14 +245,12 @@ def _masked_block(block, x, s, valid):
     masked statistics, and padded frames zeroed before every convolution wider than one frame,
     so nothing beyond the length reaches a valid output. Returns the output and its mask
     (upsampled by 2 in upsampling blocks)."""
-    count = valid.sum(dim=-1, keepdim=True)
-    r = block.actv(_masked_adain(block.norm1, x, s, valid, count))
+    r = block.actv(_masked_adain(block.norm1, x, s, valid))
     if block.upsample_type != "none":
         r = block.pool(r * valid)
         valid = block.upsample(valid)
-        count = 2 * count
     r = block.conv1(block.dropout(r * valid))
-    r = block.actv(_masked_adain(block.norm2, r, s, valid, count))
+    r = block.actv(_masked_adain(block.norm2, r, s, valid))
     r = block.conv2(block.dropout(r * valid))
     out = (r + block._shortcut(x)) * torch.rsqrt(torch.tensor(2))
     return out, valid
@@ -290,13 +287,12 @@ def _masked_resblock1(block, x, s, valid):
     """AdaINResBlock1.forward (the generator's Snake resblocks) on the valid positions, by the
     same rules as ``_masked_block``: masked statistics in every AdaIN, padding zeroed before
     every convolution."""
-    count = valid.sum(dim=-1, keepdim=True)
     for c1, c2, n1, n2, a1, a2 in zip(block.convs1, block.convs2, block.adain1, block.adain2,
                                       block.alpha1, block.alpha2):
-        xt = _masked_adain(n1, x, s, valid, count)
+        xt = _masked_adain(n1, x, s, valid)
         xt = xt + (1 / a1) * (torch.sin(a1 * xt) ** 2)  # Snake1D
         xt = c1(xt * valid)
-        xt = _masked_adain(n2, xt, s, valid, count)
+        xt = _masked_adain(n2, xt, s, valid)
         xt = xt + (1 / a2) * (torch.sin(a2 * xt) ** 2)
         xt = c2(xt * valid)
         x = xt + x

@@ -141,8 +141,8 @@ def tuning_database(wildcards):
 
 def import_code(wildcards):
     """Code an import depends on; the LSTM lowering only for components that have LSTMs."""
-    modules = ["compile/importer.py", "compile/converters.py", "stages/common.py",
-               "stages/relax_import.py"]
+    modules = ["compile/importer.py", "compile/converters.py", "compile/instance_norm.py",
+               "masked_norm.py", "stages/common.py", "stages/relax_import.py"]
     if COMPONENTS[wildcards.component].has_lstm:
         modules += ["compile/lstm.py", "compile/fastmath.py", "packed_lstm.py"]
     return package_files(*modules)

@@ -7,8 +7,8 @@ rule validate:
         params=rules.params.output.npz,
         checkpoint=rules.weights.output.checkpoint,
         config=rules.weights.output.config,
-        code=package_files("validate.py", "components.py", "packed_lstm.py", "stages/common.py",
-                           "stages/validate.py",
+        code=package_files("validate.py", "components.py", "packed_lstm.py", "masked_norm.py",
+                           "stages/common.py", "stages/validate.py",
                            "compile/devices.py", "compile/gpu.py", "library.py", "abi.py"),
         script=script("validate.py"),
     output:

@@ -6,8 +6,8 @@ only:
 
 - tanh: Eigen's rational approximation on [-9, 9] (the same one as ``topi.fast_tanh``; beyond 9,
   float32 tanh is +-1), absolute error about 1e-7; sigmoid(x) = (1 + tanh(x / 2)) / 2. The LSTM
-  kernels (compile/lstm.py) use them inside hand-written TIR, where ``topi.fast_tanh`` (which
-  maps tensors, and serves the Relax ``tanh`` legalization) cannot be called.
+  kernels (compile/lstm.py) use them inside hand-written TIR, and compile/schedules/math.py
+  legalizes Relax's ``tanh`` (ALBERT's GELU) with the same expression.
 - sin, cos (compile/schedules/math.py legalizes Relax's with them: Snake activations, the
   generator's phase, SineGen): the argument is reduced in float64 to r = x - k pi/2 with |r| <=
   pi/4 (pi/2 in two doubles, so r stays exact to about 1e-16 * k: the sine generator's phases
@@ -31,15 +31,11 @@ _TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
            4.89352518554385e-03)
 
 
-def _horner_in(coefficients, x, dtype):
+def _horner(coefficients, x, dtype=DTYPE):
     value = tirx.const(coefficients[0], dtype)
     for c in coefficients[1:]:
         value = value * x + tirx.const(c, dtype)
     return value
-
-
-def _horner(coefficients, x):
-    return _horner_in(coefficients, x, DTYPE)
 
 
 def tanh(x: tirx.PrimExpr) -> tirx.PrimExpr:
@@ -69,8 +65,8 @@ def _sin_quadrant(x: tirx.PrimExpr, quarter_turns: int) -> tirx.PrimExpr:
     k = tirx.round(wide * tirx.const(1 / _HALF_PI_HI, f64))
     r = wide - k * tirx.const(_HALF_PI_HI, f64) - k * tirx.const(_HALF_PI_LO, f64)
     square = r * r
-    sine = r * _horner_in(_SIN_TAYLOR, square, f64)
-    cosine = _horner_in(_COS_TAYLOR, square, f64)
+    sine = r * _horner(_SIN_TAYLOR, square, f64)
+    cosine = _horner(_COS_TAYLOR, square, f64)
     turns = k + tirx.const(quarter_turns, f64)
     quadrant = turns - tirx.const(4, f64) * tirx.floor(turns * tirx.const(0.25, f64))  # 0..3
     odd = tirx.Or(quadrant == tirx.const(1, f64), quadrant == tirx.const(3, f64))

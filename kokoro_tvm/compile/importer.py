@@ -15,11 +15,15 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
 
+from kokoro_tvm import masked_norm
 from kokoro_tvm.compile.converters import CONVERTERS
+from kokoro_tvm.compile.instance_norm import convert_masked_instance_norm
 from kokoro_tvm.compile.lstm import LSTM_METHODS, LstmMethod
 from kokoro_tvm.packed_lstm import CONVERTER_KEY
 
 Params = dict[str, np.ndarray]
+# Converters of our own ops (the LSTM's come with its method).
+OUR_OPS = {masked_norm.CONVERTER_KEY: convert_masked_instance_norm}
 LSTM_OPS = ("lstm.input", "lstm.data", CONVERTER_KEY)
 
 
@@ -89,7 +93,7 @@ def import_program(program: torch.export.ExportedProgram, lstm: str
     method = NO_LSTM if lstm == "none" else LSTM_METHODS[lstm]
     program = method.prepare(program)
     mod = from_exported_program(program, keep_params_as_input=True, run_ep_decomposition=False,
-                                custom_convert_map={**CONVERTERS, **method.converters})
+                                custom_convert_map={**CONVERTERS, **OUR_OPS, **method.converters})
     keys = _state_dict_keys(program)
     func = _name_weights_by_key(_drop_unused_weights(mod["main"].without_attr("params")), keys)
     num_input = int(func.attrs["num_input"])

@@ -23,6 +23,7 @@ from kokoro_tvm.compile.schedules.contraction import apply_contraction
 from kokoro_tvm.compile.schedules.conv1d import legalize_conv1d
 from kokoro_tvm.compile.schedules.conv_transpose import legalize_conv1d_transpose
 from kokoro_tvm.compile.schedules.elementwise import apply_elementwise
+from kokoro_tvm.compile.schedules.row_statistics import apply_row_statistics
 from kokoro_tvm.compile.schedules.math import (legalize_cos, legalize_power, legalize_sin,
                                                 legalize_tanh)
 from kokoro_tvm.compile.schedules.matmul import legalize_matmul
@@ -47,6 +48,7 @@ def _rule(name, apply):
 
 RULES = (
     _rule("Contraction", apply_contraction),
+    _rule("RowStatistics", apply_row_statistics),
     _rule("Elementwise", apply_elementwise),
 )
 

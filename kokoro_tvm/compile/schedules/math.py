@@ -1,7 +1,7 @@
 """Cheaper forms of transcendental ops, as legalizations.
 
-- ``tanh`` (ALBERT's GELU): TVM's ``topi.fast_tanh`` (a clamped rational approximation,
-  vectorizable) instead of a scalar libm call per element.
+- ``tanh`` (ALBERT's GELU): compile/fastmath.py's clamped rational approximation (Eigen's, as
+  ``topi.fast_tanh``), vectorizable, instead of a scalar libm call per element.
 - ``sin``, ``cos`` (the decoder's Snake activations, generator phase and sine source): the
   vectorizable forms of compile/fastmath.py (float64 argument reduction, so phases of 1e6 stay
   within an ulp of libm); libm's scalar ``sinf`` took 8 ns per element, a fifth of the AdaIN +
@@ -15,7 +15,7 @@ Everything else keeps TVM's legalization.
 from __future__ import annotations
 
 import tvm
-from tvm import relax, te, topi
+from tvm import relax, te
 
 from kokoro_tvm.compile import fastmath
 
@@ -24,12 +24,6 @@ MAX_WHOLE_EXPONENT = 4
 
 def _tvm_legalization(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
-
-
-def legalize_tanh(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    if call.args[0].ty.dtype != "float32":
-        return _tvm_legalization(bb, call)
-    return bb.call_te(topi.fast_tanh, call.args[0], primfunc_name_hint="tanh")
 
 
 def _elementwise(fn, name: str):
@@ -42,6 +36,7 @@ def _elementwise(fn, name: str):
     return legalize
 
 
+legalize_tanh = _elementwise(fastmath.tanh, "tanh")
 legalize_sin = _elementwise(fastmath.sin, "sin")
 legalize_cos = _elementwise(fastmath.cos, "cos")
 
