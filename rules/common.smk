@@ -6,7 +6,7 @@ from snakemake.utils import min_version
 
 from kokoro_tvm import paths
 from kokoro_tvm.components import COMPONENTS
-from kokoro_tvm.compile.devices import cannot_run_reason, lstm_methods_for
+from kokoro_tvm.compile.devices import cannot_run_reason, device_kind, lstm_methods_for
 from kokoro_tvm.config import validate_config
 
 min_version("9.0")
@@ -137,6 +137,15 @@ def tuning_database(wildcards):
     if not setting("tuning.enabled") or cannot_run_reason(options) is not None:
         return []
     return paths.TUNING.format(**wildcards)
+
+
+def lower_code(wildcards):
+    """Code a lowering (or tuning) depends on besides the schedules; GPU kernels for GPU targets."""
+    modules = ["compile/lower.py", "compile/fastmath.py", "compile/instance_norm.py",
+               "compile/targets.py", "abi.py", "stages/common.py"]
+    if device_kind(setting(f"target_options.{wildcards.target}")) == "cuda":
+        modules.append("compile/gpu_lstm.py")
+    return package_files(*modules)
 
 
 def import_code(wildcards):

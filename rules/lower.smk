@@ -4,8 +4,8 @@
 rule lower:
     input:
         relax=rules.import_relax.output.relax,
-        code=package_files("compile/lower.py", "compile/fastmath.py", "compile/instance_norm.py",
-                           "compile/targets.py", "abi.py", "stages/common.py", "stages/lower.py"),
+        code=lower_code,
+        stage=package_files("stages/lower.py"),
         schedules=package_folder("compile/schedules"),
         tuning=tuning_database,
         script=script("lower.py"),
@@ -29,9 +29,8 @@ rule lower:
 rule tune:
     input:
         relax=rules.import_relax.output.relax,
-        code=package_files("compile/tune.py", "compile/lower.py", "compile/fastmath.py",
-                           "compile/instance_norm.py", "compile/targets.py", "abi.py",
-                           "stages/common.py", "stages/tune.py"),
+        code=lower_code,
+        stage=package_files("compile/tune.py", "stages/tune.py"),
         schedules=package_folder("compile/schedules"),
         script=script("tune.py"),
     output:

@@ -49,7 +49,8 @@ def test_target_facts():
     assert architecture(options["cuda"]) == "cuda:sm_90"
     assert "aarch64" in cannot_run_reason(options["aarch64"])
     # GPUs cannot take the hand-written CPU TIR LSTMs
-    assert lstm_methods_for(options["cuda"], ["tir_vec"]) == ["unroll"]
+    assert lstm_methods_for(options["cuda"], ["tir", "tir_vec"]) == ["tir_vec"]
+    assert lstm_methods_for(options["cuda"], ["tir"]) == ["tir_vec"]
     assert lstm_methods_for(options["aarch64"], ["tir_vec"]) == ["tir_vec"]
 
 
@@ -78,7 +79,7 @@ def test_every_component_builds_and_validation_is_skipped(other_built, target):
         assert report["status"] == "skipped" and report["passed"] is False
         if target == "cuda":
             assert report["reason"] == "no CUDA device"
-            assert entry["lstm"] in ("none", "unroll")
+            assert entry["lstm"] in ("none", "tir_vec")
         so = (other_built / entry["library"]).read_bytes()
         machine = int.from_bytes(so[18:20], "little")  # ELF e_machine
         assert machine == (0xB7 if target == "aarch64" else 0x3E)  # AArch64 / x86-64

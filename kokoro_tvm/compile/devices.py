@@ -60,10 +60,11 @@ def cannot_run_reason(options: dict[str, Any]) -> str | None:
     return None
 
 
-# LSTM lowerings each device can compile. tir and tir_vec are hand-written CPU TIR (a scalar or
-# vectorised loop over time, threads per direction) that GPU schedules cannot take; unroll is
-# plain Relax ops, which dlight schedules like any other.
-DEVICE_LSTM_METHODS = {"cpu": ("unroll", "tir", "tir_vec"), "cuda": ("unroll",)}
+# LSTM lowerings each device can compile, preferred first. tir and tir_vec are hand-written CPU
+# TIR (a scalar or vectorised loop over time, threads per direction); GPU targets swap tir_vec's
+# kernel for a GPU one when lowering (compile/gpu_lstm.py), the scalar tir has none; unroll is
+# plain Relax ops, which dlight schedules like any other, but its IR grows with the bucket.
+DEVICE_LSTM_METHODS = {"cpu": ("unroll", "tir", "tir_vec"), "cuda": ("tir_vec", "unroll")}
 
 
 def lstm_methods_for(options: dict[str, Any], configured: list[str]) -> list[str]:

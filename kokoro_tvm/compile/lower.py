@@ -53,14 +53,15 @@ def passes(target: tvm.target.Target, schedule: bool = True, tuning_db: str | No
     our schedules take only the kernels it does not have; ``until`` stops after that pass.
 
     Our schedules are for CPUs (x86 and Arm: they read the vector width from the target); GPU
-    targets keep their backend's own schedules (dlight) whatever ``schedule`` says."""
+    targets keep their backend's own schedules (dlight) whatever ``schedule`` says, and get
+    the GPU form of our hand-written kernels first."""
     if target.kind.name not in BACKENDS:
         raise ValueError(f"no Relax pipeline known for target kind {target.kind.name}")
     schedule = schedule and "cpu" in target.keys
     backend = importlib.import_module(BACKENDS[target.kind.name])
     every = (backend.library_dispatch_passes(target) + backend.legalize_passes(target)
              + backend.dataflow_lower_passes(target) + backend.finalize_passes(target))
-    chosen = []
+    chosen = [] if "cpu" in target.keys else [_gpu_kernels()]
     for p in every:
         if p.info.name in SKIPPED_PASSES:
             continue
@@ -105,6 +106,14 @@ def lift_weight_transforms(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         transform = mod.get_global_var(name + TRANSFORM_SUFFIX)
         mod[transform] = _named_inputs(mod[transform], names)
     return mod
+
+
+def _gpu_kernels() -> tvm.transform.Pass:
+    """Our hand-written CPU kernels replaced by GPU ones (compile/gpu_lstm.py; imported here
+    only for GPU targets, so that CPU libraries do not depend on it)."""
+    from kokoro_tvm.compile.gpu_lstm import gpu_lstm_recurrence
+
+    return gpu_lstm_recurrence
 
 
 def _arange_kernel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
