@@ -23,6 +23,7 @@ from torch import nn
 from kokoro_tvm.assets.model_config import kokoro_config
 from kokoro_tvm.compile.build import build_library
 from kokoro_tvm.compile.importer import import_program, import_programs, ir_lines
+from kokoro_tvm.compile.gpu_lstm import VEC_KERNEL_PREFIX
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.lstm import LSTM_METHODS
 from kokoro_tvm.compile.targets import make_target
@@ -115,6 +116,25 @@ def test_unroll_ir_grows_with_the_bucket():
     small, large = (ir_lines(import_programs({"main": _op_program(lstm, 1, steps)}, "unroll")[0])
                     for steps in (16, 64))
     assert large > 3 * small, (small, large)
+
+
+def test_cuda_lowering_swaps_in_the_gpu_recurrence():
+    """For cuda, tir_vec's CPU recurrence becomes the GPU kernel (same name and signature): a
+    block per direction, a thread per hidden unit, marked scheduled so dlight leaves it alone.
+    (Running it needs a GPU: tools/gpu_check validates the cuda libraries there.)"""
+    mod, _ = import_programs({"main": _op_program(_lstm(6, 32), 2, 8)}, "tir_vec")
+    cpu = {gv.name_hint: f for gv, f in mod.functions_items() if gv.name_hint.startswith(
+        VEC_KERNEL_PREFIX)}
+    assert len(cpu) == 1
+    lowered = lower(mod, make_target({"kind": "cuda", "arch": "sm_90"}))
+    (name, kernel), = ((gv.name_hint, f) for gv, f in lowered.functions_items()
+                       if gv.name_hint in cpu)
+    script = kernel.script()
+    assert kernel.attrs["tirx.is_scheduled"]
+    assert 'T.thread_binding(2, thread="blockIdx.x")' in script
+    assert 'T.thread_binding(32, thread="threadIdx.x")' in script
+    shapes = [[[int(d) for d in p.ty.shape] for p in f.params] for f in (kernel, cpu[name])]
+    assert shapes[0] == shapes[1]
 
 
 def test_lstm_method_none_rejects_packed_lstm():
