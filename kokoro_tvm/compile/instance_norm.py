@@ -15,7 +15,6 @@ interleaved partial sums, which the schedule turns into vector lanes, then a sca
 """
 from __future__ import annotations
 
-import tvm
 from torch import fx
 from tvm import relax, te
 
