@@ -186,15 +186,15 @@ def lstm_params():
 
 
 def bench_lstm_targets():
-    return expand(paths.BENCH_LSTM, target=setting("targets"))
+    return expand(paths.BENCH_LSTM, target=runnable_targets())
 
 
 def bench_components_targets():
-    return expand(paths.BENCH_COMPONENTS, target=setting("targets"))
+    return expand(paths.BENCH_COMPONENTS, target=runnable_targets())
 
 
 def bench_e2e_targets():
-    return expand(paths.BENCH_E2E, target=setting("targets"))
+    return expand(paths.BENCH_E2E, target=runnable_targets())
 
 
 def target_threads(wildcards):

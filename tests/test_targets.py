@@ -20,6 +20,7 @@ import yaml
 
 from conftest import REPO, TINY, run_snakemake
 from kokoro_tvm.compile.devices import architecture, cannot_run_reason, lstm_methods_for
+from kokoro_tvm.compile.gpu import cuda_available
 from kokoro_tvm.config import ConfigError, validate_config
 
 OTHER = ["cuda", "aarch64"]
@@ -59,6 +60,21 @@ def test_plain_all_builds_llvm_only(tmp_path):
     text = done.stdout + done.stderr
     assert "results/manifest/llvm.json" in text
     assert "results/lib/cuda" not in text and "results/lib/aarch64" not in text
+
+
+def test_benchmarks_time_only_targets_this_machine_runs(tmp_path):
+    """Benchmarks time libraries here: a configured cuda or aarch64 target that this machine
+    cannot run is built by `all` but not benchmarked (no job that would fail for want of a
+    device)."""
+    done = run_snakemake(tmp_path, "-n", "bench_e2e", "bench_components", "bench_lstm",
+                         "--config", f"targets={json.dumps(['llvm', *OTHER])}")
+    text = done.stdout + done.stderr
+    assert "results/bench/e2e/llvm.json" in text
+    assert "results/bench/components/llvm.json" in text
+    if not cuda_available():
+        assert "results/bench/e2e/cuda.json" not in text
+    assert "results/bench/e2e/aarch64.json" not in text
+    assert "results/bench/lstm/aarch64.json" not in text
 
 
 @pytest.fixture(scope="module")
