@@ -23,9 +23,8 @@ from torch import nn
 from kokoro_tvm.assets.model_config import kokoro_config
 from kokoro_tvm.compile.build import build_library
 from kokoro_tvm.compile.importer import import_program, import_programs, ir_lines
-from kokoro_tvm.compile.gpu_lstm import VEC_KERNEL_PREFIX
 from kokoro_tvm.compile.lower import lower
-from kokoro_tvm.compile.lstm import LSTM_METHODS
+from kokoro_tvm.compile.lstm import LSTM_METHODS, VEC_KERNEL_PREFIX
 from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.library import Library, Weights
 from kokoro_tvm.components import (COMPONENTS, PATCHES, crop, export_component,

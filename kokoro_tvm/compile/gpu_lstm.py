@@ -23,10 +23,9 @@ import tvm
 from tvm.script import tirx as T
 
 from kokoro_tvm.compile import fastmath
+from kokoro_tvm.compile.lstm import VEC_KERNEL_PREFIX
 
 MAX_THREADS = 1024
-# The names compile/lstm.py gives its tir_vec recurrence kernels (``_convert_recurrence``).
-VEC_KERNEL_PREFIX = "packed_lstm_recurrence_vec_"
 
 
 def recurrence_kernel_gpu(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimFunc:

@@ -21,6 +21,7 @@ from tvm import relax, te
 # Block annotation: the block computes per-row statistics; its value says which kind.
 ROW_STATISTIC = "kokoro_tvm.row_statistic"
 PARTIAL_SUMS, PER_ROW = "partial_sums", "per_row"
+_PER_ROW_BLOCK = {ROW_STATISTIC: PER_ROW}
 # Interleaved partial sums per row: a whole number of vectors of float64 for every SIMD width
 # up to 1024 bits.
 PARTIALS = 16
@@ -31,21 +32,20 @@ def _row_sum(value, rows: tuple, length: int, name: str) -> te.Tensor:
     partial sums, the tail that does not fill them, then their total."""
     partials = PARTIALS if length >= PARTIALS else 1
     steps, tail = divmod(length, partials)
-    marked = {ROW_STATISTIC: PER_ROW}
     k = te.reduce_axis((0, steps), f"{name}_k")
     partial = te.compute((*rows, partials),
                          lambda b, c, j: te.sum(value(b, c, k * partials + j), axis=k),
                          name=f"{name}_partial", attrs={ROW_STATISTIC: PARTIAL_SUMS})
     j = te.reduce_axis((0, partials), f"{name}_j")
     total = te.compute(rows, lambda b, c: te.sum(partial[b, c, j], axis=j),
-                       name=f"{name}_total", attrs=marked)
+                       name=f"{name}_total", attrs=_PER_ROW_BLOCK)
     if not tail:
         return total
     t = te.reduce_axis((0, tail), f"{name}_t")
     rest = te.compute(rows, lambda b, c: te.sum(value(b, c, steps * partials + t), axis=t),
-                      name=f"{name}_tail", attrs=marked)
+                      name=f"{name}_tail", attrs=_PER_ROW_BLOCK)
     return te.compute(rows, lambda b, c: total[b, c] + rest[b, c], name=f"{name}_sum",
-                      attrs=marked)
+                      attrs=_PER_ROW_BLOCK)
 
 
 def masked_instance_norm(x: te.Tensor, valid: te.Tensor, eps: float) -> te.Tensor:
@@ -62,7 +62,7 @@ def masked_instance_norm(x: te.Tensor, valid: te.Tensor, eps: float) -> te.Tenso
 
     total = _row_sum(masked, rows, length, "mean")
     mean = te.compute(rows, lambda b, c: total[b, c] / count[b], name="mean",
-                      attrs={ROW_STATISTIC: PER_ROW})
+                      attrs=_PER_ROW_BLOCK)
 
     def squared(b, c, i):
         centred = (x[b, c, i].astype("float64") - mean[b, c]) * valid[b, 0, i].astype("float64")
@@ -70,7 +70,7 @@ def masked_instance_norm(x: te.Tensor, valid: te.Tensor, eps: float) -> te.Tenso
 
     squares = _row_sum(squared, rows, length, "var")
     scale = te.compute(rows, lambda b, c: (1.0 / te.sqrt(squares[b, c] / count[b] + eps))
-                       .astype(x.dtype), name="inv_std", attrs={ROW_STATISTIC: PER_ROW})
+                       .astype(x.dtype), name="inv_std", attrs=_PER_ROW_BLOCK)
     return te.compute(x.shape, lambda b, c, i: (x[b, c, i] - mean[b, c].astype(x.dtype))
                       * scale[b, c], name="normalised")
 

@@ -38,6 +38,8 @@ from tvm.script import tirx as T
 from kokoro_tvm.compile import fastmath
 from kokoro_tvm.packed_lstm import CONVERTER_KEY
 
+# The name prefix of tir_vec's recurrence kernels (GPU targets swap them: compile/gpu_lstm.py).
+VEC_KERNEL_PREFIX = "packed_lstm_recurrence_vec_"
 # Gate accumulators per chunk in the vectorised recurrence, in vectors: 8 of 32 AVX-512 (or
 # NEON) registers leave room for the weight vectors and the broadcast of h[k].
 CHUNK_VECTORS = 8
@@ -277,7 +279,7 @@ def _convert_recurrence(node: fx.Node, importer, vectorised: bool) -> relax.Expr
     tag = _shape_tag(a, int(a.x.ty.shape[2]))
     if vectorised:
         w_hh = op.permute_dims(w_hh, [0, 2, 1])  # [2, H, 4H]
-        kernel, name = recurrence_kernel_vec, f"packed_lstm_recurrence_vec_{tag}"
+        kernel, name = recurrence_kernel_vec, f"{VEC_KERNEL_PREFIX}{tag}"
     else:
         kernel, name = recurrence_kernel, f"packed_lstm_recurrence_{tag}"
     return _call_kernel(bb, kernel(a.batch, a.steps, a.hidden), name,

@@ -93,7 +93,11 @@ def schedule_root_blocks(sch: s_tir.Schedule, facts: CpuFacts, skip=()) -> None:
             continue
 
 
-def _try_inline(sch: s_tir.Schedule, block) -> None:
+def inline_spatial(sch: s_tir.Schedule, block) -> None:
+    """Inlines a spatial (elementwise, injective) block into its consumers where TVM can;
+    reductions, outputs and blocks that refuse stay passes of their own."""
+    if any(iv.iter_type != tirx.IterVar.DataPar for iv in sch.get(block).iter_vars):
+        return
     try:
         sch.compute_inline(block)
     except Exception:  # noqa: BLE001 - outputs and multi-consumer blocks stay
@@ -107,7 +111,6 @@ def apply_elementwise(func: tirx.PrimFunc, target: Target) -> s_tir.Schedule | N
     if not blocks:
         return None
     for block in blocks[:-1]:  # intermediates into their consumers: one pass over memory
-        if all(iv.iter_type == tirx.IterVar.DataPar for iv in sch.get(block).iter_vars):
-            _try_inline(sch, block)
+        inline_spatial(sch, block)
     schedule_root_blocks(sch, cpu_facts(target))
     return sch

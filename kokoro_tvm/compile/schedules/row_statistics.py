@@ -18,21 +18,13 @@ from tvm.target import Target
 from kokoro_tvm.compile.instance_norm import PARTIAL_SUMS, ROW_STATISTIC
 from kokoro_tvm.compile.schedules.contraction import vectorize_inner
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
-from kokoro_tvm.compile.schedules.elementwise import root_blocks, schedule_root_blocks
+from kokoro_tvm.compile.schedules.elementwise import (inline_spatial, root_blocks,
+                                                      schedule_root_blocks)
 
 
 def _kind(sch: s_tir.Schedule, block) -> str | None:
     annotations = sch.get(block).annotations
     return str(annotations[ROW_STATISTIC]) if ROW_STATISTIC in annotations else None
-
-
-def _inline_elementwise(sch: s_tir.Schedule, block) -> None:
-    if any(iv.iter_type != tirx.IterVar.DataPar for iv in sch.get(block).iter_vars):
-        return
-    try:
-        sch.compute_inline(block)
-    except Exception:  # noqa: BLE001 - a block that cannot be inlined stays a pass of its own
-        pass
 
 
 def _vectorize_partials(sch: s_tir.Schedule, block) -> None:
@@ -55,7 +47,7 @@ def apply_row_statistics(func: tirx.PrimFunc, target: Target) -> s_tir.Schedule 
     output = blocks[-1]
     for block in blocks[:-1]:
         if _kind(sch, block) is None:
-            _inline_elementwise(sch, block)
+            inline_spatial(sch, block)
     *row_loops, _ = sch.get_loops(output)
     row = sch.fuse(*row_loops)
     sch.parallel(row)  # before any reduction is decomposed under it
