@@ -12,7 +12,6 @@ CLI (one function, arrays in and out as .npz):
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import time
 from pathlib import Path
@@ -20,38 +19,8 @@ from typing import Mapping
 
 import numpy as np
 
+from kokoro_tvm.cuda import device
 from kokoro_tvm.library import Library, Weights
-
-
-def load_cuda_runtime() -> None:
-    """libtvm_runtime_cuda beside libtvm_runtime (runtime-only TVM does not autoload backends)."""
-    import tvm
-    from tvm.base import _LOADED_LIBS
-
-    if "tvm_runtime_cuda" in _LOADED_LIBS:
-        return
-    folder = Path(_LOADED_LIBS["tvm_runtime"]._name).resolve().parent
-    _LOADED_LIBS["tvm_runtime_cuda"] = ctypes.CDLL(str(folder / "libtvm_runtime_cuda.so"),
-                                                   ctypes.RTLD_GLOBAL)
-    assert tvm.cuda(0).exist, "libtvm_runtime_cuda loaded but no CUDA device"
-
-
-def device(kind: str):
-    import tvm
-
-    if kind == "cuda":
-        try:
-            return tvm.cuda(0) if tvm.cuda(0).exist else _loaded_cuda()
-        except Exception:
-            return _loaded_cuda()
-    return tvm.cpu(0)
-
-
-def _loaded_cuda():
-    import tvm
-
-    load_cuda_runtime()
-    return tvm.cuda(0)
 
 
 class BareLibrary(Library):

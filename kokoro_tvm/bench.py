@@ -40,7 +40,8 @@ def _interleaved_ms(first: Callable[[], object], second: Callable[[], object],
     return statistics.median(times[0]), statistics.median(times[1])
 
 
-def _flops(call: Callable[[], object]) -> int:
+def flops(call: Callable[[], object]) -> int:
+    """FLOPs of ``call`` by PyTorch's flop counter (matmuls and convolutions)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as counter:
@@ -82,14 +83,14 @@ def bench_library(kmodel, entry: dict[str, Any], library_path: PathLike, params:
             with patched(component.patches), torch.no_grad():
                 method(*args)
 
-        flops = _flops(run_torch)
+        counted = flops(run_torch)
         tvm_ms, torch_ms = _interleaved_ms(run_tvm, run_torch, repeats)
         rows.append({
             "component": component.name, "lstm": entry["lstm"], "bucket": entry["bucket"],
             "function": fn.name, "tvm_ms": round(tvm_ms, 3), "torch_ms": round(torch_ms, 3),
-            "ratio": round(tvm_ms / torch_ms, 3), "gflop": round(flops / 1e9, 4),
-            "tvm_gflops": round(flops / tvm_ms / 1e6, 2),
-            "torch_gflops": round(flops / torch_ms / 1e6, 2)})
+            "ratio": round(tvm_ms / torch_ms, 3), "gflop": round(counted / 1e9, 4),
+            "tvm_gflops": round(counted / tvm_ms / 1e6, 2),
+            "torch_gflops": round(counted / torch_ms / 1e6, 2)})
     return rows
 
 

@@ -517,6 +517,7 @@ def _kokoro_decoder_features(kmodel, tokens: int, ref_s: torch.Tensor, g
     input_ids = torch.cat([torch.zeros(1, 1, dtype=torch.int64),
                            ids[torch.randint(len(ids), (1, tokens), generator=g)],
                            torch.zeros(1, 1, dtype=torch.int64)], dim=1)
+    device = model_device(kmodel)
 
     def stop(_module, args):
         raise _DecoderCalled(args)
@@ -524,9 +525,9 @@ def _kokoro_decoder_features(kmodel, tokens: int, ref_s: torch.Tensor, g
     handle = kmodel.decoder.register_forward_pre_hook(stop)
     try:
         with torch.no_grad():
-            kmodel.forward_with_tokens(input_ids, ref_s, 1.0)
+            kmodel.forward_with_tokens(input_ids.to(device), ref_s.to(device), 1.0)
     except _DecoderCalled as called:
-        return tuple(a.detach() for a in called.args[:3])
+        return tuple(a.detach().cpu() for a in called.args[:3])
     finally:
         handle.remove()
     raise RuntimeError("KModel.forward_with_tokens finished without calling its decoder")
@@ -718,11 +719,21 @@ def _as_tuple(out) -> tuple[torch.Tensor, ...]:
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
+def model_device(kmodel) -> torch.device:
+    """Where a KModel's weights are (the reference runs there: the CPU, or a GPU)."""
+    return next(kmodel.parameters()).device
+
+
+def on_device(values: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {name: value.to(device) for name, value in values.items()}
+
+
 def run_reference(kmodel, name: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """All functions of a component in PyTorch, chained: example inputs plus every output."""
+    """All functions of a component in PyTorch, chained, on the model's device: example inputs
+    plus every output."""
     component = COMPONENTS[name]
     wrapper = component.wrapper(kmodel).eval()
-    env = dict(inputs)
+    env = on_device(inputs, model_device(kmodel))
     with patched(component.patches), torch.no_grad():
         for fn in component.functions:
             outs = _as_tuple(getattr(wrapper, fn.method)(*(env[i] for i in fn.inputs)))
@@ -750,6 +761,7 @@ def run_exact_length(kmodel, name: str, inputs: dict[str, torch.Tensor]
     component = COMPONENTS[name]
     cropped = crop(name, inputs, valid_length(name, inputs))
     cropped[component.mask_input] = torch.zeros_like(cropped[component.mask_input])
+    cropped = on_device(cropped, model_device(kmodel))
     with torch.no_grad():
         outs = component.kokoro(kmodel, **{i: cropped[i] for i in component.inputs})
     return dict(zip(component.functions[-1].outputs, _as_tuple(outs)))

@@ -4,6 +4,8 @@ For one chunk of T tokens the engine picks, per component, the smallest bucket t
 with zeros and masks, runs bert -> duration -> (host: durations, alignment) -> text_encoder ->
 f0n -> decoder, and trims the audio to 600 samples per valid frame. Libraries come from the
 target's manifest, and each library and params file must still have the sha256 recorded there.
+They run on the device the manifest names (the CPU, or the first CUDA GPU, where each
+component's weights are uploaded and prepared once).
 """
 from __future__ import annotations
 
@@ -11,11 +13,11 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from kokoro_tvm import paths
+from kokoro_tvm import cuda, paths
 from kokoro_tvm.atomic import sha256_file
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.library import Library, Weights
@@ -80,7 +82,18 @@ def _check(path: Path, expected: str, what: str) -> None:
                                   f"--forcerun build {path}")
 
 
-def load_components(root: Path, target: str, lstm: str | None) -> dict[str, Buckets]:
+def _device(entries: list[dict[str, Any]], target: str, kernels: Sequence[Path]):
+    """The device the manifest's libraries run on, with cuda kernels taken from ``kernels``."""
+    kinds = {entry.get("device", "cpu") for entry in entries}
+    if len(kinds) != 1:
+        raise RuntimeLibraryError(f"the {target} manifest mixes devices {sorted(kinds)}: "
+                                  "rebuild it with: snakemake --cores 2 all")
+    (kind,) = kinds
+    return cuda.device(kind, kernels)
+
+
+def load_components(root: Path, target: str, lstm: str | None,
+                    kernels: Sequence[Path] = ()) -> dict[str, Buckets]:
     manifest_path = paths.artifact(paths.MANIFEST, root, target=target)
     if not manifest_path.is_file():
         raise RuntimeLibraryError(f"no manifest for target {target} at {manifest_path}: build the "
@@ -91,8 +104,10 @@ def load_components(root: Path, target: str, lstm: str | None) -> dict[str, Buck
         raise RuntimeLibraryError(
             f"{len(unvalidated)} libraries of target {target} are not validated (e.g. "
             f"{unvalidated[0]}: built here for another device or architecture, its validation "
-            "was skipped); validate them on that device: snakemake --cores 2 --forcerun validate "
-            f"{paths.MANIFEST.format(target=target)}")
+            "was skipped); validate them on that device (for cuda, a machine with an NVIDIA GPU "
+            "and nvcc): snakemake --cores 2 --forcerun validate --config "
+            f"targets='[\"{target}\"]' {paths.MANIFEST.format(target=target)}")
+    device = _device(entries, target, kernels)
     by_component: dict[str, dict[str, dict[int, dict]]] = {}
     for entry in entries:
         by_component.setdefault(entry["component"], {}).setdefault(entry["lstm"], {})[
@@ -106,7 +121,8 @@ def load_components(root: Path, target: str, lstm: str | None) -> dict[str, Buck
         _check(params, next(iter(chosen.values()))["params_sha256"], f"{component} weights")
         for entry in chosen.values():
             _check(root / entry["library"], entry["library_sha256"], f"{component} library")
-        components[component] = Buckets(component, chosen, root, Weights(params), target)
+        components[component] = Buckets(component, chosen, root, Weights(params, device),
+                                        target)
     missing = {"bert", "duration", "text_encoder", "f0n", "decoder"} - set(components)
     if missing:
         raise RuntimeLibraryError(f"the {target} manifest has no {', '.join(sorted(missing))} "
@@ -140,9 +156,9 @@ class TvmEngine:
     """
 
     def __init__(self, root: str | Path = ".", *, target: str = "llvm", lstm: str | None = None,
-                 noise: Noise = numpy_noise):
+                 noise: Noise = numpy_noise, kernels: Sequence[Path] = ()):
         self.root = Path(root)
-        self.components = load_components(self.root, target, lstm)
+        self.components = load_components(self.root, target, lstm, kernels)
         self.noise = noise
         self.timings: dict[str, float] = {}
 

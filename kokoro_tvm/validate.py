@@ -39,11 +39,10 @@ from typing import Any
 
 import numpy as np
 import torch
-import tvm
-from tvm import relax
 
 from kokoro_tvm.components import (COMPONENTS, Component, crop, run_exact_length,
                                    run_reference, valid_length)
+from kokoro_tvm.cuda import device as tvm_device
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.library import Library, Weights
 
@@ -73,7 +72,7 @@ class ValidationFailed(UserError):
 @functools.lru_cache(maxsize=4)
 def _library(so_path: str, mtime: float, params_npz: str, device: str = "cpu") -> Library:
     """A loaded library; cached per file version (mtime) since loading is not free."""
-    return Library(so_path, Weights(params_npz, tvm.device(device, 0)))
+    return Library(so_path, Weights(params_npz, tvm_device(device)))
 
 
 def run_library(so_path: str | os.PathLike, params_npz: str | os.PathLike, function: str,

@@ -14,9 +14,6 @@ import os
 import shutil
 from typing import Iterator
 
-SCHEDULE_RULES = ("Matmul", "GEMV", "Reduction", "GeneralReduction", "Fallback")
-
-
 def cuda_available() -> bool:
     """Whether TVM sees a CUDA device here (False without a driver or GPU)."""
     try:
@@ -30,16 +27,38 @@ def cuda_available() -> bool:
 @contextlib.contextmanager
 def nvcc_compile() -> Iterator[None]:
     """TVM compiles CUDA kernels with nvcc (fatbin) instead of NVRTC, which needs the
-    cuda-bindings package; nvcc is found on PATH or in /usr/local/cuda*/bin."""
+    cuda-bindings package, and without --use_fast_math, whose approximate division, exp and
+    log TVM would otherwise apply (kokoro_tvm/cuda.py compiles kernels at load the same way)."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise FileNotFoundError("building a cuda target needs nvcc (the CUDA toolkit) on PATH")
-    previous = os.environ.get("TVM_CUDA_COMPILE_MODE")
-    os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
+    settings = {"TVM_CUDA_COMPILE_MODE": "nvcc", "TVM_CUDA_NVCC_NO_FAST_MATH": "1"}
+    previous = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop("TVM_CUDA_COMPILE_MODE", None)
-        else:
-            os.environ["TVM_CUDA_COMPILE_MODE"] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def cuda_sources(lowered: "tvm.IRModule", target: "tvm.target.Target") -> list[str]:
+    """The CUDA C of the kernels a lowered module compiles to: what its library carries and a
+    GPU compiles when loading it (kokoro_tvm/cuda.py)."""
+    from tvm import relax
+
+    with nvcc_compile():
+        executable = relax.build(lowered, target, relax_pipeline=None)
+    found = []
+
+    def visit(module):
+        if module.kind == "cuda":
+            found.append(module.inspect_source("cuda"))
+        for imported in module.imports:
+            visit(imported)
+
+    visit(executable.mod)
+    return found

@@ -123,7 +123,9 @@ def _arange_kernel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
 
 
 def _legalize(schedule: bool) -> tvm.transform.Pass:
-    custom = {"relax.arange": _arange_kernel}
+    # Whole powers as products and sin/cos with float64 argument reduction on every target:
+    # TVM's own forms are wrong on CUDA (schedules/math.py).
+    custom = {"relax.arange": _arange_kernel, **schedules.math.EVERY_TARGET}
     if schedule:
         custom.update(schedules.LEGALIZATIONS)
     return relax.transform.LegalizeOps(customize_legalize_map=custom)

@@ -1,16 +1,25 @@
 #!/usr/bin/env python3
-"""Bundle what the GPU check needs into one folder (default results/gpu_check, under 64 MiB):
+"""Bundle what the GPU check needs (default results/gpu_check, under 64 MiB); check.py runs it.
 
-- libs/: the cuda libraries of every component at its smallest and largest built bucket
-  (from results/manifest/cuda.json of a `snakemake --config targets='["cuda"]' all` run);
-- cases/: per library, the example inputs and every PyTorch output (reference computed here),
-  with weights replaced by seeded synthetic ones (synthetic.py) that check.py regenerates;
-- cases.json: functions, inputs, outputs, tolerances (those of kokoro_tvm/validate.py), and each
-  component's weight spec (name, shape, mean, std);
-- runtime/: a runtime-only TVM (the tvm package without libtvm_compiler and sources, tvm_ffi,
-  typing_extensions, libcudart.so.13) and wheels/: tvm_ffi for other CPython versions.
+From a build of tools/gpu_check/config.yaml (the real model's sizes, the cuda target, each
+component at the smallest and largest bucket of config.yaml):
 
-Usage: .venv/bin/python tools/gpu_check/prepare.py --root /tmp/run [--out results/gpu_check]
+- libs/: those cuda libraries; kernels/: their CUDA kernels compiled here by nvcc for the
+  target's arch (a runtime-only TVM cannot compile them there), by source sha256;
+- probes/: one function per Relax op kind our components call (probes.py), built for cuda and
+  for a generic x86-64 CPU, to name a wrong op;
+- cases.json: the libraries, each component's weight spec (shape, mean, std per tensor: the
+  GPU machine regenerates synthetic weights from it and a seed, synthetic.py) and the token ids
+  of the end-to-end sentences (G2P needs spaCy, which the GPU machine lacks);
+- python/: the modules of the kokoro package that KModel needs (no pipeline, no misaki) and
+  loguru, for the PyTorch reference there; config.json: the model's hyperparameters;
+- runtime/: a runtime-only TVM (tvm and tvm_ffi without the compiler, libcudart.so.13) and
+  tvm_ffi wheels for other CPython versions.
+
+Inputs and references are not carried: check.py makes them there from the seed, with PyTorch
+on the GPU, through the same functions the validate stage uses.
+
+Usage: python tools/gpu_check/prepare.py --root /tmp/gpu [--out results/gpu_check]
 """
 from __future__ import annotations
 
@@ -24,21 +33,29 @@ from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
-import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import synthetic  # noqa: E402
+import probes  # noqa: E402
 
-from kokoro_tvm import paths  # noqa: E402
-from kokoro_tvm.components import COMPONENTS, run_reference  # noqa: E402
-from kokoro_tvm.model import load_kmodel  # noqa: E402
-from kokoro_tvm.validate import (SPECTRAL_TOLERANCES, TIGHT_RELATIVE, probe_inputs,  # noqa: E402
-                                 snr_db)
+from kokoro_tvm import g2p, paths  # noqa: E402
+from kokoro_tvm.compile import gpu  # noqa: E402
+from kokoro_tvm.components import COMPONENTS  # noqa: E402
+from kokoro_tvm.cuda import compile_fatbin, kernel_file  # noqa: E402
 
 OTHER_PYTHONS = ("3.10", "3.12", "3.13")
 SKIP = ("__pycache__", "libtvm_compiler.so", "3rdparty", "src", "include", "cython", "web",
         "cmake", "lib64", "*.pyi")
+KOKORO_MODULES = ("model.py", "modules.py", "istftnet.py", "custom_stft.py")
+# End-to-end sentences: a short one, for the smallest buckets, and two long ones, for the
+# largest; check.py sets each one's speed so that its frames fill this share of the bucket.
+SENTENCES = (
+    ("Hello there, how are you?", "smallest", 0.8),
+    ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
+     "green forest, where nobody can find it until the next morning.", "largest", 0.9),
+    ("Compiling a speech model ahead of time lets it run on machines where a large framework "
+     "would be too heavy, such as small servers, boards and containers.", "largest", 0.9),
+)
 
 
 def chosen_libraries(root: Path, target: str) -> list[dict]:
@@ -47,65 +64,87 @@ def chosen_libraries(root: Path, target: str) -> list[dict]:
     chosen = []
     for component in COMPONENTS:
         mine = sorted((e for e in entries if e["component"] == component), key=lambda e: e["bucket"])
+        if not mine:
+            raise SystemExit(f"{root}: no {target} library of {component}; build "
+                             "tools/gpu_check/config.yaml first (README: GPU check)")
         chosen += [mine[0]] + ([mine[-1]] if len(mine) > 1 else [])
     return chosen
 
 
-def synthesize(kmodel, seed: int) -> dict[str, dict]:
-    """Replaces every component's weights by synthetic ones; returns the specs per component."""
-    specs = {}
-    for name, component in COMPONENTS.items():
-        spec = {}
-        for key, param in component.wrapper(kmodel).named_parameters():
-            data = param.detach().double()
-            spec[key] = {"shape": list(param.shape), "mean": float(data.mean()),
-                         "std": float(data.std()) if data.numel() > 1 else 0.0}
-            with torch.no_grad():
-                param.copy_(torch.from_numpy(synthetic.synthetic(key, param.shape, spec[key]["mean"],
-                                                                  spec[key]["std"], seed)))
-        specs[name] = spec
-    return specs
+def weight_spec(params_npz: Path) -> dict[str, dict]:
+    """name -> shape, mean and std of each weight of a params file."""
+    spec = {}
+    with np.load(params_npz) as arrays:
+        for name in arrays.files:
+            data = arrays[name].astype(np.float64)
+            spec[name] = {"shape": list(data.shape), "mean": float(data.mean()),
+                          "std": float(data.std()) if data.size > 1 else 0.0}
+    return spec
 
 
-def precompile_kernels(lowered: Path, library: Path, kernels: Path) -> int:
-    """TVM 0.27's CUDA libraries carry their kernels as CUDA C source, compiled when the
-    library is loaded (``tvm_callback_cuda_compile``: NVRTC via cuda-bindings, or nvcc), which
-    a runtime-only TVM cannot do. So the kernels are compiled here with nvcc, keyed by the
-    sha256 of their source, and check.py hands them to the loader. Rebuilding from the lowered
-    module gives the very source inside the library (checked)."""
-    import hashlib
-
+def compile_kernels(lowered: Path, library: Path, target: str, arch: str, kernels: Path) -> int:
+    """The kernels of ``library`` (rebuilt from its lowered module: the same source, checked)
+    compiled into ``kernels``; returns how many."""
     import tvm
-    from tvm import relax
-    from tvm.support.nvcc import compile_cuda
 
-    from kokoro_tvm.compile import gpu
-
-    meta = json.loads(library.with_suffix(".meta.json").read_text())
-    target = tvm.target.Target(meta["target_string"])
-    with gpu.nvcc_compile():
-        executable = relax.build(tvm.ir.load_json(lowered.read_text()), target,
-                                 relax_pipeline=None)
-    found, binary = 0, library.read_bytes()
-
-    def visit(module):
-        nonlocal found
-        if module.kind == "cuda":
-            code = module.inspect_source("cuda")
-            assert code.encode() in binary, f"{library}: rebuilt CUDA source differs"
-            with target:
-                fatbin = compile_cuda(code, target_format="fatbin", compiler="nvcc")
-            (kernels / f"{hashlib.sha256(code.encode()).hexdigest()}.fatbin").write_bytes(
-                bytes(fatbin))
-            found += 1
-        for imported in module.imports:
-            visit(imported)
-
-    visit(executable.mod)
-    return found
+    binary = library.read_bytes()
+    sources = gpu.cuda_sources(tvm.ir.load_json(lowered.read_text()), tvm.target.Target(target))
+    for code in sources:
+        if code.encode() not in binary:
+            raise SystemExit(f"{library}: its lowered module gives other CUDA source; rebuild it")
+        (kernels / kernel_file(code)).write_bytes(compile_fatbin(code, arch))
+    return len(sources)
 
 
-def copy_runtime(out: Path) -> None:
+def build_probes(root: Path, chosen: list[dict], target_string: str, out: Path
+                 ) -> dict[str, list[dict]]:
+    """probes/device.so (the bundle's target) and probes/cpu.so (generic x86-64) from the
+    smallest buckets' modules; each probe's parameters (shape, dtype)."""
+    import tvm
+
+    from kokoro_tvm.compile.build import build_library
+    from kokoro_tvm.compile.lower import lower
+    from kokoro_tvm.compile.targets import make_target
+
+    smallest = {}
+    for entry in chosen:
+        smallest.setdefault(entry["component"], entry)
+    modules = [tvm.ir.load_json((root / paths.RELAX.format(
+        component=e["component"], lstm=e["lstm"], bucket=e["bucket"])).read_text())
+        for e in smallest.values()]
+    mod = probes.probe_module(modules)
+    (out / "probes").mkdir()
+    for name, target in (("device", tvm.target.Target(target_string)),
+                         ("cpu", make_target(probes.CPU_OPTIONS))):
+        lowered = lower(mod, target)
+        build_library(lowered, target, out / "probes" / f"{name}.so")
+        if name == "device" and target.kind.name == "cuda":
+            for code in gpu.cuda_sources(lowered, target):
+                (out / "kernels" / kernel_file(code)).write_bytes(
+                    compile_fatbin(code, target.arch))
+    return probes.signatures(mod)
+
+
+def copy_python_modules(out: Path) -> None:
+    """KModel's modules of the installed kokoro (its __init__ imports the G2P pipeline, which
+    needs misaki) and loguru, which kokoro.model imports."""
+    import kokoro
+    import loguru
+
+    package = out / "python" / "kokoro"
+    package.mkdir(parents=True)
+    source = Path(kokoro.__file__).parent
+    for name in KOKORO_MODULES:
+        shutil.copy(source / name, package / name)
+    (package / "__init__.py").write_text(
+        f"# KModel's modules of kokoro {version('kokoro')}, without its G2P pipeline.\n"
+        "from .model import KModel  # noqa: F401\n")
+    loguru_dir = Path(loguru.__file__).parent
+    shutil.copytree(loguru_dir, out / "python" / "loguru",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def copy_runtime(out: Path, other_pythons) -> None:
     import tvm
     import tvm_ffi
     import typing_extensions
@@ -119,7 +158,7 @@ def copy_runtime(out: Path) -> None:
     if cudart:
         shutil.copy(cudart[0], out / "runtime" / "libcudart.so.13")
     wheels = out / "runtime" / "wheels"
-    for python in OTHER_PYTHONS:
+    for python in other_pythons:
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
                         "--only-binary=:all:", "--implementation", "cp", "--python-version", python,
                         "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
@@ -127,57 +166,81 @@ def copy_runtime(out: Path) -> None:
                         f"apache-tvm-ffi=={version('apache-tvm-ffi')}"], check=False)
 
 
+def sentences(config: dict, chosen: list[dict]) -> list[dict]:
+    """Token ids of SENTENCES (cut to fit the buckets they are meant for) and their frames."""
+    def buckets(axis: str) -> list[int]:
+        return sorted({e["bucket"] for e in chosen if COMPONENTS[e["component"]].axis == axis})
+
+    phonemize = g2p.phonemizer("en-us")
+    found = []
+    for text, which, share in SENTENCES:
+        pick = min if which == "smallest" else max
+        frames = int(share * pick(buckets("frames")))
+        # Every token takes a frame at least: leave room for the durations to vary.
+        longest = min(pick(buckets("tokens")) - 2, frames // 2)
+        ids = g2p.token_ids(phonemize(text), config["vocab"])[:longest]
+        found.append({"text": text, "ids": ids, "frames": frames,
+                      "largest_frames": max(buckets("frames"))})
+    return found
+
+
+def prepare(root: Path, out: Path, target: str = "cuda", seed: int = 0,
+            other_pythons=OTHER_PYTHONS) -> int:
+    """Writes the bundle to ``out``; returns its size in bytes."""
+    staging = out.with_name(out.name + ".partial")
+    if staging.exists():
+        shutil.rmtree(staging)
+    (staging / "libs").mkdir(parents=True)
+    (staging / "kernels").mkdir()
+    chosen = chosen_libraries(root, target)
+    arch = chosen[0]["architecture"].removeprefix("cuda:")  # sm_90 (cuda only)
+    cases = []
+    for entry in chosen:
+        name, bucket, lstm = entry["component"], entry["bucket"], entry["lstm"]
+        stem = f"{name}_{lstm}_b{bucket}"
+        library = root / entry["library"]
+        shutil.copy(library, staging / "libs" / f"{stem}.so")
+        lowered = root / paths.LOWERED.format(target=target, component=name, lstm=lstm,
+                                              bucket=bucket)
+        count = (compile_kernels(lowered, library, entry["target_string"], arch,
+                                 staging / "kernels") if entry["device"] == "cuda" else 0)
+        cases.append({"component": name, "bucket": bucket, "lstm": lstm, "stem": stem,
+                      "library_sha256": entry["library_sha256"], "kernels": count})
+        print(f"{stem}: {count} kernel sources", flush=True)
+    probe_signatures = build_probes(root, chosen, chosen[0]["target_string"], staging)
+    config = json.loads((root / paths.ASSET_CONFIG).read_text())
+    document = {
+        "target": target, "seed": seed, "cases": cases, "probes": probe_signatures,
+        "weights": {c: weight_spec(root / paths.PARAMS.format(component=c)) for c in COMPONENTS},
+        "sentences": sentences(config, chosen),
+        "versions": {d: version(d) for d in ("apache-tvm", "apache-tvm-ffi", "torch", "kokoro")},
+    }
+    (staging / "cases.json").write_text(json.dumps(document, indent=1))
+    shutil.copy(root / paths.ASSET_CONFIG, staging / "config.json")
+    copy_python_modules(staging)
+    copy_runtime(staging, other_pythons)
+    if out.exists():
+        shutil.rmtree(out)
+    staging.rename(out)
+    return sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--root", required=True, type=Path, help="workflow folder with results/")
+    parser.add_argument("--root", required=True, type=Path,
+                        help="working folder of the tools/gpu_check/config.yaml build")
     parser.add_argument("--target", default="cuda")
     parser.add_argument("--out", type=Path, default=Path("results/gpu_check"))
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of weights and inputs there")
+    parser.add_argument("--other-pythons", default=",".join(OTHER_PYTHONS),
+                        help="CPython versions to carry tvm_ffi wheels for (comma-separated)")
     args = parser.parse_args()
-    if args.out.exists():
-        shutil.rmtree(args.out)
-    (args.out / "libs").mkdir(parents=True)
-    (args.out / "cases").mkdir()
-    (args.out / "kernels").mkdir()
-    kmodel = load_kmodel(args.root / paths.ASSET_CONFIG, args.root / paths.ASSET_WEIGHTS,
-                         disable_complex=True)
-    specs = synthesize(kmodel, args.seed)
-    cases = []
-    for entry in chosen_libraries(args.root, args.target):
-        name, bucket = entry["component"], entry["bucket"]
-        component = COMPONENTS[name]
-        stem = f"{name}_{entry['lstm']}_b{bucket}"
-        shutil.copy(args.root / entry["library"], args.out / "libs" / f"{stem}.so")
-        lowered = args.root / paths.LOWERED.format(target=args.target, component=name,
-                                                   lstm=entry["lstm"], bucket=bucket)
-        precompile_kernels(lowered, args.root / entry["library"], args.out / "kernels")
-        inputs = component.example_inputs(kmodel, bucket, args.seed)
-        env = run_reference(kmodel, name, inputs)
-        # The waveform's SNR bar is relative to PyTorch's own under a rounding-sized change.
-        probe = (run_reference(kmodel, name, probe_inputs(component, inputs))
-                 if component.spectral_outputs else {})
-        np.savez(args.out / "cases" / f"{stem}.npz",
-                 **{k: v.detach().cpu().numpy() for k, v in env.items()})
-        cases.append({
-            "component": name, "bucket": bucket, "lstm": entry["lstm"], "stem": stem,
-            "library_sha256": entry["library_sha256"],
-            "inputs": sorted(inputs),
-            "functions": [{"name": f.name, "inputs": list(f.inputs), "outputs": list(f.outputs),
-                           "tight": bool(f.tight)} for f in component.functions],
-            "spectral_outputs": list(component.spectral_outputs),
-            "probe_snr_db": {out: snr_db(probe[out].cpu().numpy(), env[out].cpu().numpy())
-                             for out in component.spectral_outputs},
-        })
-        print(stem, flush=True)
-    document = {"target": args.target, "seed": args.seed, "tight_relative": TIGHT_RELATIVE,
-                "spectral_tolerances": SPECTRAL_TOLERANCES, "cases": cases, "weights": specs,
-                "versions": {d: version(d) for d in ("apache-tvm", "apache-tvm-ffi", "torch")}}
-    (args.out / "cases.json").write_text(json.dumps(document, indent=1))
-    shutil.copy(args.root / paths.ASSET_CONFIG, args.out / "config.json")
-    copy_runtime(args.out)
-    size = sum(p.stat().st_size for p in args.out.rglob("*") if p.is_file())
+    size = prepare(args.root, args.out, args.target, args.seed,
+                   [v for v in args.other_pythons.split(",") if v])
     print(f"{args.out}: {size / 2**20:.1f} MiB")
+    if size > 64 * 2**20:
+        raise SystemExit(f"{args.out} is over the 64 MiB a GPU machine takes")
 
 
 if __name__ == "__main__":

@@ -24,8 +24,7 @@ from kokoro_tvm.compile.schedules.conv1d import legalize_conv1d
 from kokoro_tvm.compile.schedules.conv_transpose import legalize_conv1d_transpose
 from kokoro_tvm.compile.schedules.elementwise import apply_elementwise
 from kokoro_tvm.compile.schedules.row_statistics import apply_row_statistics
-from kokoro_tvm.compile.schedules.math import (legalize_cos, legalize_power, legalize_sin,
-                                                legalize_tanh)
+from kokoro_tvm.compile.schedules import math
 from kokoro_tvm.compile.schedules.matmul import legalize_matmul
 from kokoro_tvm.compile.schedules.reduction import legalize_mean, legalize_sum
 
@@ -33,10 +32,8 @@ LEGALIZATIONS = {
     "relax.nn.conv1d": legalize_conv1d,
     "relax.nn.conv1d_transpose": legalize_conv1d_transpose,
     "relax.matmul": legalize_matmul,
-    "relax.tanh": legalize_tanh,
-    "relax.sin": legalize_sin,
-    "relax.cos": legalize_cos,
-    "relax.power": legalize_power,
+    **math.EVERY_TARGET,
+    **math.CPU_ONLY,
     "relax.sum": legalize_sum,
     "relax.mean": legalize_mean,
 }

@@ -1,4 +1,10 @@
-"""Cheaper forms of transcendental ops, as legalizations.
+"""Exact and cheaper forms of transcendental ops, as legalizations.
+
+Two sets. ``EVERY_TARGET`` are correctness fixes that ``lower`` applies for CPUs and GPUs alike:
+TVM's default forms are wrong on CUDA (``powf`` of a negative base is NaN there, and single-
+precision ``sin`` of the sine generator's phases, which reach 1e6, loses digits), so whole
+powers become products and sin/cos reduce their argument in float64 on every target
+(docs/decisions.md, "CUDA math"). ``CPU_ONLY`` are speed forms for our CPU schedules.
 
 - ``tanh`` (ALBERT's GELU): compile/fastmath.py's clamped rational approximation (Eigen's, as
   ``topi.fast_tanh``), vectorizable, instead of a scalar libm call per element.
@@ -7,8 +13,7 @@
   within an ulp of libm); libm's scalar ``sinf`` took 8 ns per element, a fifth of the AdaIN +
   Snake kernels' time.
 - ``power`` by a small whole constant (``x ** 3`` in the GELU): repeated multiplication instead
-  of ``powf``, which LLVM cannot vectorize and which is wrong-signed for negative ``x`` unless
-  the exponent is exactly whole.
+  of ``powf``, which LLVM cannot vectorize and which is NaN on CUDA for negative ``x``.
 
 Everything else keeps TVM's legalization.
 """
@@ -65,3 +70,11 @@ def legalize_power(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     if whole is None or base.ty.dtype != "float32":
         return _tvm_legalization(bb, call)
     return bb.call_te(_repeated_product, base, whole, primfunc_name_hint="power")
+
+
+EVERY_TARGET = {
+    "relax.sin": legalize_sin,
+    "relax.cos": legalize_cos,
+    "relax.power": legalize_power,
+}
+CPU_ONLY = {"relax.tanh": legalize_tanh}

@@ -1,0 +1,148 @@
+"""The cuda target without a GPU: lowering that is right on CUDA (checked in the kernels' CUDA
+source), the op probes of the GPU check, the runtime's device handling, and the whole GPU check
+run on this machine's CPU with an llvm bundle of the tiny build (only the CUDA device differs on
+the GPU machine)."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import tvm
+from tvm.relax.frontend.torch import from_exported_program
+
+from conftest import REPO
+from kokoro_tvm import cuda
+from kokoro_tvm.compile import gpu
+from kokoro_tvm.compile.lower import lower
+from kokoro_tvm.compile.targets import make_target
+
+sys.path.insert(0, str(REPO / "tools" / "gpu_check"))
+import probes  # noqa: E402
+
+CUDA = {"kind": "cuda", "arch": "sm_90"}
+
+
+class GeluNew(torch.nn.Module):
+    """ALBERT's gelu_new: x ** 3 written with torch.pow, as in the model."""
+
+    def forward(self, x):
+        return 0.5 * x * (1 + torch.tanh(0.7978845608 * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class Snake(torch.nn.Module):
+    """The decoder's Snake activation (a squared sine) and a sine of large phases."""
+
+    def forward(self, x):
+        return x + torch.pow(torch.sin(3.0 * x), 2), torch.sin(1e4 * x), torch.cos(x)
+
+
+def _cuda_source(module: torch.nn.Module) -> str:
+    program = torch.export.export(module, (torch.randn(4, 64),))
+    target = make_target(CUDA)
+    return "\n".join(gpu.cuda_sources(lower(from_exported_program(program), target), target))
+
+
+def _math_calls(source: str) -> set[str]:
+    return set(re.findall(r"\b(__\w+f|powf?|sinf?|cosf?|__sinf|__cosf|__powf)\s*\(", source))
+
+
+def test_whole_powers_are_products_on_cuda():
+    """A float pow of a negative base is NaN on CUDA: x ** 3 must be x * x * x there."""
+    source = _cuda_source(GeluNew())
+    assert "__global__" in source
+    assert not {"pow", "powf", "__powf"} & _math_calls(source), _math_calls(source)
+
+
+def test_sines_reduce_their_argument_in_float64_on_cuda():
+    """No single-precision sin/cos call (inaccurate for the sine generator's large phases),
+    and the kernels compute in double."""
+    source = _cuda_source(Snake())
+    calls = _math_calls(source)
+    assert not {"sin", "sinf", "cos", "cosf", "__sinf", "__cosf", "pow", "powf"} & calls, calls
+    assert re.search(r"\(double\)", source)
+
+
+def test_cuda_kernels_compile_without_fast_math(monkeypatch):
+    """TVM compiles with --use_fast_math unless told otherwise; we tell it, and our own nvcc
+    call (kernels compiled when a library loads) never passes it."""
+    monkeypatch.delenv("TVM_CUDA_NVCC_NO_FAST_MATH", raising=False)
+    with gpu.nvcc_compile():
+        import os
+
+        assert os.environ["TVM_CUDA_NVCC_NO_FAST_MATH"] == "1"
+        assert os.environ["TVM_CUDA_COMPILE_MODE"] == "nvcc"
+    assert "TVM_CUDA_NVCC_NO_FAST_MATH" not in os.environ
+    assert not any("fast" in flag for flag in cuda.NVCC_FLAGS)
+
+
+def test_kernels_compile_with_nvcc():
+    """The GELU's CUDA source compiles with our nvcc flags (a fatbin with sm_90 code)."""
+    fatbin = cuda.compile_fatbin(_cuda_source(GeluNew()), "sm_90")
+    assert fatbin[:4] == (0xBA55ED50).to_bytes(4, "little")
+
+
+def _relax_modules(root: Path) -> list[tvm.IRModule]:
+    return [tvm.ir.load_json(p.read_text()) for p in sorted((root / "results/relax").rglob("*.json"))]
+
+
+def test_op_probes_cover_every_op_kind_and_build_for_cuda(built):
+    """The GPU check probes every Relax op kind the five components call, each alone with the
+    call's shapes, built for cuda and for the CPU that it is compared with."""
+    modules = _relax_modules(built)
+    kinds = set().union(*(probes.op_kinds(m) for m in modules)) - set(probes.NOT_PROBED)
+    mod = probes.probe_module(modules)
+    probed = {g.name_hint for g in mod.get_global_vars()}
+    assert probed == {"op_" + k.removeprefix("relax.").replace(".", "_") for k in kinds}
+    assert {"op_power", "op_sin", "op_cos", "op_nn_conv1d", "op_matmul"} <= probed
+    target = make_target(CUDA)
+    lowered = lower(mod, target)
+    power = [s for s in gpu.cuda_sources(lowered, target)]
+    assert power and not {"pow", "powf", "__powf"} & _math_calls("\n".join(power))
+    lower(mod, make_target(probes.CPU_OPTIONS))
+    assert set(probes.signatures(mod)) == probed
+
+
+def test_runtime_without_a_gpu_says_so(tmp_path):
+    """cuda libraries on a machine without a GPU: one clear error naming the problem."""
+    with pytest.raises(cuda.CudaError, match="NVIDIA GPU"):
+        cuda.device("cuda")
+
+
+def test_runtime_refuses_unvalidated_cuda_libraries(other_built):
+    """The build's own cuda libraries were never run on a GPU: refused, with how to validate."""
+    from kokoro_tvm.runtime import RuntimeLibraryError, TvmEngine
+
+    with pytest.raises(RuntimeLibraryError, match=r"not validated.*NVIDIA GPU.*--forcerun "
+                                                  r"validate.*targets='\[\"cuda\"\]'"):
+        TvmEngine(other_built, target="cuda")
+
+
+def test_gpu_check_runs_end_to_end_on_the_cpu(built, tmp_path):
+    """The GPU check's own code (bundle, validation through validate_component, timings, the
+    runtime's engine end to end, op probes) on an llvm bundle of the tiny build, with the
+    bundle's runtime-only TVM: what the GPU machine runs, but for the device."""
+    bundle = tmp_path / "bundle"
+    subprocess.run([sys.executable, str(REPO / "tools/gpu_check/prepare.py"), "--root",
+                    str(built), "--target", "llvm", "--out", str(bundle), "--other-pythons", ""],
+                   check=True, capture_output=True, text=True)
+    document = json.loads((bundle / "cases.json").read_text())
+    assert {c["component"] for c in document["cases"]} == {"bert", "duration", "text_encoder",
+                                                           "f0n", "decoder"}
+    assert not list((bundle / "python" / "kokoro").glob("pipeline.py"))
+    result = tmp_path / "result.json"
+    done = subprocess.run([sys.executable, str(REPO / "tools/gpu_check/check.py"), "--bundle",
+                           str(bundle), "--out", str(result), "--repeat", "2"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(result.read_text())
+    assert summary["passed"] is True
+    assert len(summary["libraries"]) == 5 and all(r["passed"] for r in summary["libraries"])
+    assert all(r["worst_relative_error"] <= 1e-4 for r in summary["libraries"])
+    assert len(summary["end_to_end"]) == 3
+    assert all(r["durations_equal"] for r in summary["end_to_end"])
+    assert {p["op"] for p in summary["probes"]} == set(document["probes"])
