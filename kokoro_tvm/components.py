@@ -1,4 +1,4 @@
-"""Kokoro split into the five compiled components (DESIGN.md section 1), and their export.
+"""Kokoro split into the five compiled components (docs/architecture.md, Components), and their export.
 
 Each component is data: which KModel modules it runs (a wrapper nn.Module), which patches of
 Kokoro it needs to export and import, how to make realistic inputs at a bucket, and the names of
@@ -645,7 +645,7 @@ class Component:
     # and the input and relative change whose effect on PyTorch shows rounding's share.
     spectral_outputs: tuple[str, ...] = ()
     spectral_probe: tuple[str, float] = ("", 0.0)
-    # Length-exact fidelity (DESIGN.md section 6), for components whose inputs carry a mask
+    # Length-exact fidelity (docs/decisions.md, Fidelity), for components whose inputs carry a mask
     # (True on padding): input or output name -> (its length axis, positions per valid one).
     length_axes: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Kokoro's own code for the component, unpatched, run on unpadded inputs (the reference):

@@ -1,4 +1,4 @@
-"""Static fidelity (DESIGN.md section 6): a built library against the PyTorch wrapper it came from;
+"""Static fidelity (docs/decisions.md, Fidelity): a built library against the PyTorch wrapper it came from;
 and, for components with a length mask (duration, text_encoder, f0n, decoder), length-exact
 fidelity: the library's valid outputs against unpatched Kokoro run on the same utterance without
 padding (the decoder's waveform by the spectral bars below, with Kokoro's noise draws given).
@@ -212,7 +212,7 @@ def _chained(kmodel, component: Component, env: dict[str, np.ndarray],
 def _length_exact(kmodel, component: Component, env: dict[str, np.ndarray],
                   inputs: dict[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
     """The library's valid outputs on the padded inputs against unpatched Kokoro run on the
-    utterance without padding (DESIGN.md section 6, length-exact fidelity); same bars: tight,
+    utterance without padding (docs/decisions.md, Fidelity, length-exact fidelity); same bars: tight,
     or spectral for ``spectral_outputs`` (the decoder's waveform, its functions chained)."""
     length = valid_length(component.name, inputs)
     exact = run_exact_length(kmodel, component.name, inputs)

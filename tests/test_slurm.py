@@ -2,7 +2,7 @@
 
 A one-node Slurm cluster (munged, slurmctld, slurmd; tests/slurm/cluster.py) runs on localhost
 for this module and is shut down by the fixture's finalizer, failures included. Debian's
-packages are installed with apt-get when missing (DESIGN.md section 8).
+packages are installed with apt-get when missing (docs/decisions.md, Slurm).
 
 One target (llvm) of the tiny config is built twice, locally and on the cluster, and the two
 results are compared: the same libraries, validation results, params and function signatures.

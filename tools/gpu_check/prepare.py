@@ -84,7 +84,7 @@ def weight_spec(params_npz: Path) -> dict[str, dict]:
 
 def compile_kernels(lowered: Path, library: Path, target: str, arch: str, kernels: Path) -> int:
     """The kernels of ``library`` (rebuilt from its lowered module: the same source, checked)
-    compiled into ``kernels``; returns how many."""
+    compiled into ``kernels``; returns how many kernel functions they hold."""
     import tvm
 
     binary = library.read_bytes()
@@ -93,7 +93,7 @@ def compile_kernels(lowered: Path, library: Path, target: str, arch: str, kernel
         if code.encode() not in binary:
             raise SystemExit(f"{library}: its lowered module gives other CUDA source; rebuild it")
         (kernels / kernel_file(code)).write_bytes(compile_fatbin(code, arch))
-    return len(sources)
+    return sum(code.count("__global__") for code in sources)
 
 
 def build_probes(root: Path, chosen: list[dict], target_string: str, out: Path
@@ -206,7 +206,7 @@ def prepare(root: Path, out: Path, target: str = "cuda", seed: int = 0,
                                  staging / "kernels") if entry["device"] == "cuda" else 0)
         cases.append({"component": name, "bucket": bucket, "lstm": lstm, "stem": stem,
                       "library_sha256": entry["library_sha256"], "kernels": count})
-        print(f"{stem}: {count} kernel sources", flush=True)
+        print(f"{stem}: {count} kernels", flush=True)
     probe_signatures = build_probes(root, chosen, chosen[0]["target_string"], staging)
     config = json.loads((root / paths.ASSET_CONFIG).read_text())
     document = {
