@@ -6,18 +6,18 @@ import sys
 import time
 from pathlib import Path
 
-from kokoro_tvm import g2p
 from kokoro_tvm.errors import UserError
+from kokoro_tvm.runtime import g2p
 
 ENGINES = ("tvm", "torch")
 
 
 def _engine(args: argparse.Namespace):
     if args.engine == "torch":
-        from kokoro_tvm.reference import TorchEngine
+        from kokoro_tvm.model.reference import TorchEngine
 
         return TorchEngine(args.root)
-    from kokoro_tvm.runtime import TvmEngine
+    from kokoro_tvm.runtime.engine import TvmEngine
 
     return TvmEngine(args.root, target=args.target, lstm=args.lstm)
 
@@ -63,8 +63,9 @@ def _progress_bar(args: argparse.Namespace) -> ProgressBar | None:
 def say(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from kokoro_tvm.speech import SAMPLE_RATE, SpeechError, speak_chunks, write_wav
-    from kokoro_tvm.voices import load_voice
+    from kokoro_tvm.facts import SAMPLE_RATE
+    from kokoro_tvm.runtime.speech import SpeechError, speak_chunks, write_wav
+    from kokoro_tvm.runtime.voices import load_voice
 
     if args.file is not None:
         if args.text is not None:

@@ -131,13 +131,3 @@ def validate_config(config: dict[str, Any], base: str | Path = ".") -> dict[str,
     _check_voices(config, base)
     _check_targets(config)
     return config
-
-
-def load_config(*paths: str | Path) -> dict[str, Any]:
-    """config.yaml and any override files merged in order (as Snakemake's --configfile does)."""
-    from kokoro_tvm.assets.model_config import merge
-
-    config: dict[str, Any] = {}
-    for path in paths:
-        config = merge(config, yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {})
-    return validate_config(config)

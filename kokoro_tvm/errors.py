@@ -9,6 +9,10 @@ class UserError(Exception):
     """Base of every error whose message is the whole story for the person running the tool."""
 
 
+class WeightSourceError(UserError):
+    """A weight source that cannot deliver; the message says what to change."""
+
+
 def run_script(main: Callable[[], object], prog: str | None = None) -> int:
     """Runs a CLI's main; a UserError becomes one 'error:' line on stderr and exit status 1."""
     try:

@@ -20,7 +20,7 @@ ASSET_VOICES_PROVENANCE = f"{ASSET_VOICE_DIR}/provenance.json"
 EXPORT = f"{RESULTS}/export/{{component}}/b{{bucket}}.pt2"
 RELAX = f"{RESULTS}/relax/{{component}}/{{lstm}}/b{{bucket}}.json"
 PARAMS = f"{RESULTS}/params/{{component}}.npz"
-TUNING = f"{RESULTS}/tuning/{{target}}/{{component}}/{{lstm}}/b{{bucket}}"
+TUNE = f"{RESULTS}/tune/{{target}}/{{component}}/{{lstm}}/b{{bucket}}"
 LOWERED = f"{RESULTS}/lowered/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.json"
 LIBRARY = f"{RESULTS}/lib/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.so"
 LIBRARY_META = f"{RESULTS}/lib/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.meta.json"
@@ -34,6 +34,12 @@ BENCH_E2E = f"{RESULTS}/bench/e2e/{{target}}.json"
 BENCH_E2E_PLOT = f"{RESULTS}/bench/e2e/{{target}}.png"
 REPORT_VALIDATION = f"{RESULTS}/report/validation/{{target}}.html"
 REPORT_SPECTROGRAM = f"{RESULTS}/report/spectrogram/{{target}}.png"
+
+
+def work_folder(manifest: str | Path) -> Path:
+    """The folder whose results/ holds ``manifest``: the paths a manifest lists are relative
+    to it."""
+    return Path(manifest).resolve().parents[MANIFEST.count("/")]
 
 
 def artifact(pattern: str, root: str | Path = ".", **dims) -> Path:

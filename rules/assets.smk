@@ -3,7 +3,7 @@
 
 rule assemble_onnx:
     input:
-        code=package_files("assets/int8_onnx.py"),
+        code=code_inputs("assemble_onnx.py"),
         script=script("assemble_onnx.py"),
     output:
         onnx=paths.ASSET_ONNX,
@@ -21,8 +21,7 @@ rule assemble_onnx:
 rule weights:
     input:
         unpack(weights_source_files),
-        code=package_files("assets/sources.py", "assets/int8_onnx.py",
-                           "assets/model_config.py", "model.py"),
+        code=code_inputs("weights.py"),
         script=script("weights.py"),
     output:
         checkpoint=paths.ASSET_WEIGHTS,
@@ -46,7 +45,7 @@ rule weights:
 
 rule voices:
     input:
-        code=package_files("assets/voices.py"),
+        code=code_inputs("voices.py"),
         script=script("voices.py"),
     output:
         voices=voice_files(),

@@ -1,11 +1,11 @@
 # Benchmarks: figures (JSON) and plots under results/bench/, outside `rule all`.
 
 
-rule lstm_latency:
+rule bench_lstm_target:
     input:
         manifest=rules.manifest.output.manifest,
         params=lstm_params(),
-        code=package_files("bench_lstm.py", "library.py", "abi.py"),
+        code=code_inputs("bench_lstm.py"),
         script=script("bench_lstm.py"),
     output:
         json=paths.BENCH_LSTM,
@@ -25,13 +25,13 @@ rule lstm_latency:
         " > {log} 2>&1"
 
 
-rule component_latency:
+rule bench_components_target:
     input:
         manifest=rules.manifest.output.manifest,
         checkpoint=rules.weights.output.checkpoint,
         config=rules.weights.output.config,
         params=expand(paths.PARAMS, component=COMPONENTS),
-        code=package_files("bench.py", "components.py", "library.py", "abi.py"),
+        code=code_inputs("bench_components.py"),
         script=script("bench_components.py"),
     output:
         json=paths.BENCH_COMPONENTS,
@@ -53,15 +53,14 @@ rule component_latency:
         " --out-plot {output.plot} > {log} 2>&1"
 
 
-rule e2e_speed:
+rule bench_e2e_target:
     input:
         manifest=rules.manifest.output.manifest,
         checkpoint=rules.weights.output.checkpoint,
         config=rules.weights.output.config,
         onnx=paths.ASSET_ONNX,
         voice=expand(paths.ASSET_VOICE, voice=setting("report.voice")),
-        code=package_files("bench_e2e.py", "runtime.py", "reference.py", "library.py",
-                           "speech.py"),
+        code=code_inputs("bench_e2e.py"),
         script=script("bench_e2e.py"),
     output:
         json=paths.BENCH_E2E,

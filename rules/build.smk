@@ -5,9 +5,7 @@ rule build:
     input:
         lowered=rules.lower.output.lowered,
         params=rules.params.output.npz,
-        code=package_files("compile/build.py", "compile/targets.py", "compile/devices.py",
-                           "compile/gpu.py", "abi.py", "stages/common.py",
-                           "stages/build.py"),
+        code=component_code("build.py"),
         script=script("build.py"),
     output:
         library=paths.LIBRARY,

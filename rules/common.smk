@@ -5,7 +5,7 @@ from pathlib import Path
 from snakemake.utils import min_version
 
 from kokoro_tvm import paths
-from kokoro_tvm.components import COMPONENTS
+from kokoro_tvm.model.components import COMPONENTS
 from kokoro_tvm.compile.devices import cannot_run_reason, device_kind, lstm_methods_for
 from kokoro_tvm.config import validate_config
 
@@ -30,14 +30,59 @@ def setting(dotted):
     return lookup(dpath=dotted.replace(".", "/"), within=config)
 
 
-def package_files(*relative):
-    """Package modules a stage runs, as inputs: Snakemake does not see imported code change."""
-    return [str(PACKAGE / name) for name in relative]
+# Modules whose code matters only to components with LSTMs: a component without LSTMs does not
+# depend on them even where its stage's code imports them.
+LSTM_ONLY = ("compile/lstm.py", "compile/gpu_lstm.py", "model/packed_lstm.py")
 
 
-def package_folder(relative):
-    """Every module of a package folder, as inputs (e.g. all schedule rules)."""
-    return sorted(str(p) for p in (PACKAGE / relative).glob("*.py"))
+def _module_file(name):
+    """kokoro_tvm.a.b -> its file (a module or a package's __init__.py), or None."""
+    base = Path(workflow.basedir).joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported(path):
+    """Package modules a file imports anywhere in it (function-level imports too)."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    found = set()
+    for name in names:
+        if name.split(".")[0] == "kokoro_tvm":
+            parts = name.split(".")
+            for i in range(1, len(parts) + 1):  # the packages on the way run too
+                file = _module_file(".".join(parts[:i]))
+                if file is not None:
+                    found.add(file)
+    return found
+
+
+def code_inputs(script_name, lstm=True):
+    """Every package module the workflow script ``script_name`` imports, directly or not, as
+    inputs: Snakemake does not see imported code change. Without ``lstm``, the modules only LSTM
+    components use (LSTM_ONLY) and what only they import are left out."""
+    skipped = set() if lstm else {PACKAGE / name for name in LSTM_ONLY}
+    seen, todo = set(), [Path(script(script_name))]
+    while todo:
+        path = todo.pop()
+        for found_file in _imported(path) - seen - skipped:
+            seen.add(found_file)
+            todo.append(found_file)
+    return sorted(str(found_file) for found_file in seen)
+
+
+def component_code(script_name):
+    """``code_inputs`` for a rule with a component wildcard."""
+    return lambda wildcards: code_inputs(script_name, COMPONENTS[wildcards.component].has_lstm)
 
 
 def script(name):
@@ -136,25 +181,7 @@ def tuning_database(wildcards):
     options = setting(f"target_options.{wildcards.target}")
     if not setting("tuning.enabled") or cannot_run_reason(options) is not None:
         return []
-    return paths.TUNING.format(**wildcards)
-
-
-def lower_code(wildcards):
-    """Code a lowering (or tuning) depends on besides the schedules; GPU kernels for GPU targets."""
-    modules = ["compile/lower.py", "compile/fastmath.py", "compile/instance_norm.py",
-               "compile/targets.py", "abi.py", "stages/common.py"]
-    if device_kind(setting(f"target_options.{wildcards.target}")) == "cuda":
-        modules.append("compile/gpu_lstm.py")
-    return package_files(*modules)
-
-
-def import_code(wildcards):
-    """Code an import depends on; the LSTM lowering only for components that have LSTMs."""
-    modules = ["compile/importer.py", "compile/converters.py", "compile/instance_norm.py",
-               "masked_norm.py", "stages/common.py", "stages/relax_import.py"]
-    if COMPONENTS[wildcards.component].has_lstm:
-        modules += ["compile/lstm.py", "compile/fastmath.py", "packed_lstm.py"]
-    return package_files(*modules)
+    return paths.TUNE.format(**wildcards)
 
 
 def all_targets():

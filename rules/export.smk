@@ -5,8 +5,7 @@ rule export:
     input:
         checkpoint=rules.weights.output.checkpoint,
         config=rules.weights.output.config,
-        code=package_files("components.py", "packed_lstm.py", "masked_norm.py", "model.py",
-                           "stages/common.py", "stages/export.py"),
+        code=component_code("export.py"),
         script=script("export.py"),
     output:
         pt2=paths.EXPORT,

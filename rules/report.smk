@@ -5,7 +5,7 @@
 rule validation_report:
     input:
         validations=lambda wildcards: per_library(paths.VALIDATION, wildcards.target),
-        code=package_files("report.py"),
+        code=code_inputs("validation_report.py"),
         script=script("validation_report.py"),
     output:
         report(paths.REPORT_VALIDATION, category="Validation", labels={"target": "{target}"}),
@@ -24,7 +24,7 @@ rule spectrogram:
         checkpoint=rules.weights.output.checkpoint,
         config=rules.weights.output.config,
         voice=expand(paths.ASSET_VOICE, voice=setting("report.voice")),
-        code=package_files("report.py", "runtime.py", "reference.py", "library.py"),
+        code=code_inputs("spectrogram.py"),
         script=script("spectrogram.py"),
     output:
         report(paths.REPORT_SPECTROGRAM, category="Audio", labels={"target": "{target}"}),

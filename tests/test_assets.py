@@ -10,11 +10,15 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 from conftest import REPO
+
 from kokoro_tvm import paths
-from kokoro_tvm.assets.voices import VoiceSourceError, read_folder_voices, read_npm_voices
-from kokoro_tvm.model import load_kmodel
+from kokoro_tvm.assets.voices import (
+    VoiceSourceError,
+    read_folder_voices,
+    read_npm_voices,
+)
+from kokoro_tvm.model.kmodel import load_kmodel
 
 NPM = ("kokoro-js@1.2.1", "1f0d0383ef0349af0bd9440d81dc12abbea3a5392eb645283eda876f537f5860")
 

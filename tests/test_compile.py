@@ -19,13 +19,19 @@ import yaml
 
 from kokoro_tvm.assets.model_config import kokoro_config
 from kokoro_tvm.compile.build import build_library
-from kokoro_tvm.compile.importer import import_programs
 from kokoro_tvm.compile.lower import lower
+from kokoro_tvm.compile.relax import import_programs
 from kokoro_tvm.compile.targets import make_target
-from kokoro_tvm.components import (COMPONENTS, DecoderWrapper, PATCHES, TextEncoderWrapper,
-                                   export_component, patched)
-from kokoro_tvm.model import build_kmodel
-from kokoro_tvm.validate import validate_component
+from kokoro_tvm.measure.validate import validate_component
+from kokoro_tvm.model.components import (
+    COMPONENTS,
+    PATCHES,
+    DecoderWrapper,
+    TextEncoderWrapper,
+    export_component,
+    patched,
+)
+from kokoro_tvm.model.kmodel import build_kmodel
 
 TINY = Path(__file__).resolve().parent / "data" / "tiny.yaml"
 BUCKET, OTHER_BUCKET = 16, 8

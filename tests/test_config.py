@@ -1,12 +1,24 @@
 """A bad config fails before any job runs, with a message that names the key."""
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 import yaml
+from conftest import REPO, run_snakemake
 
-from conftest import run_snakemake
-from kokoro_tvm.config import ConfigError, load_config, validate_config
-from conftest import REPO
+from kokoro_tvm.assets.model_config import merge
+from kokoro_tvm.config import ConfigError, validate_config
+
+
+def load_config(*paths: str | Path) -> dict[str, Any]:
+    """config.yaml and any override files merged in order (as Snakemake's --configfile does)."""
+    config: dict[str, Any] = {}
+    for path in paths:
+        config = merge(config, yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {})
+    return validate_config(config)
+
 
 BAD_CONFIGS = {
     "unknown weight source": ({"weights": {"source": "s3"}}, "weights.source"),

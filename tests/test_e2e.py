@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from transcribe import transcribe, word_error_rate
 
-from kokoro_tvm.g2p import phonemizer, token_ids
-from kokoro_tvm.reference import TorchEngine, kokoro_noise
-from kokoro_tvm.runtime import TvmEngine
-from kokoro_tvm.speech import load_vocab, speak
-from kokoro_tvm.transcribe import transcribe, word_error_rate
-from kokoro_tvm.validate import snr_db
-from kokoro_tvm.voices import load_voice, style_for
+from kokoro_tvm.measure.validate import snr_db
+from kokoro_tvm.model.reference import TorchEngine, kokoro_noise
+from kokoro_tvm.runtime.engine import TvmEngine
+from kokoro_tvm.runtime.g2p import phonemizer, token_ids
+from kokoro_tvm.runtime.speech import load_vocab, speak
+from kokoro_tvm.runtime.voices import load_voice, style_for
 
 pytestmark = pytest.mark.slow
 
@@ -26,10 +26,10 @@ SENTENCES = [
     "We will meet at the station at seven in the morning.",
 ]
 # pocketsphinx hears the PyTorch reference imperfectly too; the TVM runtime may be worse by at
-# most this much (issue 5's bar: five points of word error rate).
+# most this much: five points of word error rate.
 WER_MARGIN = 0.05
 # The decoder waveform against PyTorch at exact length given the same noise draws. docs/decisions.md, Fidelity:
-# float32 rounding through the iSTFT generator gives 39-44 dB; issue 5's bar is 30 dB.
+# float32 rounding through the iSTFT generator gives 39-44 dB; the bar is 30 dB.
 MIN_SNR_DB = 30.0
 
 
@@ -69,7 +69,7 @@ def test_either_bucket_gives_pytorchs_exact_length_result(real_built):
 
 
 def test_spectrogram_figure(real_built, tmp_path):
-    from kokoro_tvm.report import spectrogram_comparison
+    from kokoro_tvm.measure.report import spectrogram_comparison
 
     out = tmp_path / "spectrogram.png"
     figures = spectrogram_comparison(real_built, "llvm", SENTENCES[0], "af_heart", out)

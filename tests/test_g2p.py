@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kokoro_tvm import g2p
-from kokoro_tvm.voices import VoiceError, load_voice, parse_blend
+from kokoro_tvm.runtime import g2p
+from kokoro_tvm.runtime.voices import VoiceError, load_voice, parse_blend
 
 
 def test_english_g2p_offline():

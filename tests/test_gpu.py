@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 import tvm
+from conftest import REPO
 from tvm.relax.frontend.torch import from_exported_program
 
-from conftest import REPO
-from kokoro_tvm import cuda
 from kokoro_tvm.compile import gpu
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.targets import make_target
+from kokoro_tvm.runtime import cuda
 
 sys.path.insert(0, str(REPO / "tools" / "gpu_check"))
 import probes  # noqa: E402
@@ -115,7 +115,7 @@ def test_runtime_without_a_gpu_says_so(tmp_path):
 
 def test_runtime_refuses_unvalidated_cuda_libraries(other_built):
     """The build's own cuda libraries were never run on a GPU: refused, with how to validate."""
-    from kokoro_tvm.runtime import RuntimeLibraryError, TvmEngine
+    from kokoro_tvm.runtime.engine import RuntimeLibraryError, TvmEngine
 
     with pytest.raises(RuntimeLibraryError, match=r"not validated.*NVIDIA GPU.*--forcerun "
                                                   r"validate.*targets='\[\"cuda\"\]'"):

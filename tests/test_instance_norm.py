@@ -17,12 +17,12 @@ import tvm
 from torch import nn
 
 from kokoro_tvm.compile.build import build_library
-from kokoro_tvm.compile.importer import import_program
 from kokoro_tvm.compile.instance_norm import PARTIALS
 from kokoro_tvm.compile.lower import lower
+from kokoro_tvm.compile.relax import import_program
 from kokoro_tvm.compile.targets import make_target
-from kokoro_tvm.library import Library, Weights
-from kokoro_tvm.masked_norm import masked_instance_norm
+from kokoro_tvm.model.masked_norm import masked_instance_norm
+from kokoro_tvm.runtime.library import Library, Weights
 
 TARGETS = {"host": {"kind": "llvm", "mcpu": "host", "num-cores": 2},
            "sse": {"kind": "llvm", "mcpu": "x86-64", "num-cores": 2}}

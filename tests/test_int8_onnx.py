@@ -10,18 +10,40 @@ from __future__ import annotations
 import importlib.resources
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
 
 from kokoro_tvm.assets.int8_onnx import (
     EXPECTED_SHA256,
-    INTERMEDIATE_OUTPUTS,
     assemble_onnx,
     state_dict_from_onnx,
-    with_intermediate_outputs,
 )
 from kokoro_tvm.assets.model_config import kokoro_config
+
+# Graph tensors worth comparing against (onnxruntime only outputs `audio`).
+INTERMEDIATE_OUTPUTS = {
+    "durations": "/encoder/Div_output_0",  # float, sum of sigmoids / speed, [1, T]
+    "durations_int": "/encoder/Cast_output_0",  # int64, round + clamp(min=1), [1, T]
+    "f0": "/encoder/F0_proj/Conv_output_0",  # [1, 1, frames * 2]
+    "n": "/encoder/N_proj/Conv_output_0",  # [1, 1, frames * 2]
+}
+
+
+def with_intermediate_outputs(onnx_path, names=INTERMEDIATE_OUTPUTS.values()) -> bytes:
+    """The model, serialised, with graph tensors ``names`` (default: durations float and int,
+    F0, N) added as outputs, for onnxruntime reference runs (``InferenceSession(bytes)``)."""
+    model = onnx.load(str(onnx_path))
+    produced = {out for node in model.graph.node for out in node.output}
+    existing = {out.name for out in model.graph.output}
+    for name in names:
+        if name not in produced:
+            raise ValueError(f"{name!r} is not a tensor of {onnx_path}")
+        if name not in existing:
+            model.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
+    return model.SerializeToString()
+
 
 pytestmark = pytest.mark.slow
 

@@ -22,16 +22,22 @@ from torch import nn
 
 from kokoro_tvm.assets.model_config import kokoro_config
 from kokoro_tvm.compile.build import build_library
-from kokoro_tvm.compile.importer import import_program, import_programs, ir_lines
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.lstm import LSTM_METHODS, VEC_KERNEL_PREFIX
+from kokoro_tvm.compile.relax import import_program, import_programs, ir_lines
 from kokoro_tvm.compile.targets import make_target
-from kokoro_tvm.library import Library, Weights
-from kokoro_tvm.components import (COMPONENTS, PATCHES, crop, export_component,
-                                   patched, run_exact_length)
-from kokoro_tvm.model import build_kmodel
-from kokoro_tvm.packed_lstm import run_lstm
-from kokoro_tvm.validate import run_library, tight_metrics
+from kokoro_tvm.measure.validate import run_library, tight_metrics
+from kokoro_tvm.model.components import (
+    COMPONENTS,
+    PATCHES,
+    crop,
+    export_component,
+    patched,
+    run_exact_length,
+)
+from kokoro_tvm.model.kmodel import build_kmodel
+from kokoro_tvm.model.packed_lstm import run_lstm
+from kokoro_tvm.runtime.library import Library, Weights
 
 TINY = Path(__file__).resolve().parent / "data" / "tiny.yaml"
 TARGET = {"kind": "llvm", "mcpu": "host", "num-cores": 2}

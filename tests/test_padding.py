@@ -16,9 +16,14 @@ import yaml
 
 from kokoro_tvm import paths
 from kokoro_tvm.assets.model_config import kokoro_config
-from kokoro_tvm.components import (COMPONENTS, crop, run_exact_length, run_reference)
-from kokoro_tvm.model import build_kmodel, load_kmodel
-from kokoro_tvm.validate import snr_db
+from kokoro_tvm.measure.validate import snr_db
+from kokoro_tvm.model.components import (
+    COMPONENTS,
+    crop,
+    run_exact_length,
+    run_reference,
+)
+from kokoro_tvm.model.kmodel import build_kmodel, load_kmodel
 
 TINY = Path(__file__).resolve().parent / "data" / "tiny.yaml"
 

@@ -7,10 +7,11 @@ import sys
 import numpy as np
 import pytest
 import soundfile
+from transcribe import transcribe, word_error_rate
 
-from kokoro_tvm.reference import TorchEngine
-from kokoro_tvm.speech import SAMPLE_RATE, speak
-from kokoro_tvm.transcribe import transcribe, word_error_rate
+from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.model.reference import TorchEngine
+from kokoro_tvm.runtime.speech import speak
 
 pytestmark = pytest.mark.slow
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from kokoro_tvm import paths
-from kokoro_tvm.library import Library, Weights
-from kokoro_tvm.reference import TorchEngine, kokoro_noise
-from kokoro_tvm.runtime import RuntimeLibraryError, TvmEngine
-from kokoro_tvm.validate import snr_db
+from kokoro_tvm.measure.validate import snr_db
+from kokoro_tvm.model.reference import TorchEngine, kokoro_noise
+from kokoro_tvm.runtime.engine import RuntimeLibraryError, TvmEngine
+from kokoro_tvm.runtime.library import Library, Weights
 
 IDS = [50, 83, 54, 156, 57, 43, 44, 45, 46, 47, 48, 50, 51, 52]  # 16 tokens with the pads
 # Random tiny weights predict ~25 frames a token; this speed brings 16 tokens into 16 frames.

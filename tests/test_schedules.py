@@ -19,7 +19,7 @@ from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.schedules.contraction import register_tile
 from kokoro_tvm.compile.schedules.cpu import CpuFacts, cpu_facts
 from kokoro_tvm.compile.targets import make_target
-from kokoro_tvm.library import Library, Weights
+from kokoro_tvm.runtime.library import Library, Weights
 
 TOLERANCE = 1e-5
 TARGETS = {"host": {"kind": "llvm", "mcpu": "host", "num-cores": 2},

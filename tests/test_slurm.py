@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import BIN, TINY, copy_workflow, run_snakemake
 
 sys.path.insert(0, str(Path(__file__).parent / "slurm"))

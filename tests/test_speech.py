@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kokoro_tvm.cli import ProgressBar
-from kokoro_tvm.speech import ChunkTooLong, speak, speak_chunks
+from kokoro_tvm.runtime.speech import ChunkTooLong, speak, speak_chunks
 
 TEXT = ("The first sentence is here, and it has a clause. The second one follows it closely. "
         "A third sentence ends the paragraph, after a long and winding clause or two.")

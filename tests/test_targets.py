@@ -17,8 +17,8 @@ import subprocess
 import numpy as np
 import pytest
 import yaml
+from conftest import REPO, run_snakemake
 
-from conftest import REPO, TINY, run_snakemake
 from kokoro_tvm.compile.devices import architecture, cannot_run_reason, lstm_methods_for
 from kokoro_tvm.compile.gpu import cuda_available
 from kokoro_tvm.config import ConfigError, validate_config
@@ -102,7 +102,7 @@ def test_every_component_builds_and_validation_is_skipped(other_built, target):
 
 
 def test_runtime_refuses_unvalidated_libraries(other_built):
-    from kokoro_tvm.runtime import RuntimeLibraryError, TvmEngine
+    from kokoro_tvm.runtime.engine import RuntimeLibraryError, TvmEngine
 
     with pytest.raises(RuntimeLibraryError, match="not validated"):
         TvmEngine(other_built, target="aarch64")
@@ -119,9 +119,10 @@ def aarch64_python():
 def test_aarch64_bert_runs_under_emulation_and_matches_pytorch(other_built, aarch64_python,
                                                                tmp_path):
     from kokoro_tvm import paths
-    from kokoro_tvm.components import COMPONENTS as SPECS, run_reference
-    from kokoro_tvm.model import load_kmodel
-    from kokoro_tvm.validate import TIGHT_RELATIVE, tight_metrics
+    from kokoro_tvm.measure.validate import TIGHT_RELATIVE, tight_metrics
+    from kokoro_tvm.model.components import COMPONENTS as SPECS
+    from kokoro_tvm.model.components import run_reference
+    from kokoro_tvm.model.kmodel import load_kmodel
 
     manifest = json.loads((other_built / "results/manifest/aarch64.json").read_text())
     entry = next(e for e in manifest["libraries"] if e["component"] == "bert")
@@ -132,7 +133,7 @@ def test_aarch64_bert_runs_under_emulation_and_matches_pytorch(other_built, aarc
     ref = run_reference(kmodel, "bert", inputs)
     fn = component.functions[0]
     np.savez(tmp_path / "in.npz", **{i: ref[i].numpy() for i in fn.inputs})
-    subprocess.run([aarch64_python, "-m", "kokoro_tvm.bare", "--library",
+    subprocess.run([aarch64_python, "-m", "kokoro_tvm.runtime.bare", "--library",
                     str(other_built / entry["library"]),
                     "--params", str(other_built / paths.PARAMS.format(component="bert")),
                     "--function", fn.name, "--inputs", str(tmp_path / "in.npz"),

@@ -9,7 +9,7 @@ from kokoro_tvm.compile.build import build_library
 from kokoro_tvm.compile.lower import fused_kernels, lower
 from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.compile.tune import tune
-from kokoro_tvm.library import Library, Weights
+from kokoro_tvm.runtime.library import Library, Weights
 
 TARGET = {"kind": "llvm", "mcpu": "host", "num-cores": 2}
 

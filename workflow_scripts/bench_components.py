@@ -30,7 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     if os.environ.get("TVM_NUM_THREADS") != str(args.threads):
         parser.error(f"set TVM_NUM_THREADS={args.threads} (TVM reads it when it starts)")
-    from kokoro_tvm.bench import run
+    from kokoro_tvm.measure.bench_components import run
 
     document = run(args.manifest, args.checkpoint, args.model_config, args.params, args.threads,
                    args.out_json, args.out_plot, args.repeats)

@@ -4,9 +4,8 @@ import argparse
 import json
 import sys
 
-from kokoro_tvm import bench_e2e
-from kokoro_tvm.atomic import write_json
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.measure import bench_e2e
 
 
 def main() -> None:
@@ -21,10 +20,8 @@ def main() -> None:
     parser.add_argument("--out-json", required=True)
     parser.add_argument("--out-plot", required=True)
     args = parser.parse_args()
-    figures = bench_e2e.benchmark(args.root, args.target, args.threads, args.voice,
-                                  args.engines.split(","), args.rounds)
-    write_json(args.out_json, figures)
-    bench_e2e.plot(figures, args.out_plot)
+    figures = bench_e2e.run(args.root, args.target, args.threads, args.voice,
+                            args.engines.split(","), args.rounds, args.out_json, args.out_plot)
     print(json.dumps(figures, indent=1))
 
 

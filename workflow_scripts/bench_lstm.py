@@ -16,7 +16,7 @@ def main() -> None:
     parser.add_argument("--out-json", required=True, help="results/bench/lstm/{target}.json")
     parser.add_argument("--out-plot", required=True, help="results/bench/lstm/{target}.png")
     args = parser.parse_args()
-    from kokoro_tvm.bench_lstm import run
+    from kokoro_tvm.measure.bench_lstm import run
 
     document = run(args.manifest, args.params, args.out_json, args.out_plot, args.repeats)
     print(json.dumps(document, indent=1))

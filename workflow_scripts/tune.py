@@ -17,7 +17,7 @@ def main() -> None:
     parser.add_argument("--trials-per-task", type=int, required=True,
                         help="measured candidates per kernel at most")
     parser.add_argument("--out", required=True,
-                        help="results/tuning/{target}/{component}/{lstm}/b{bucket} (a folder)")
+                        help="results/tune/{target}/{component}/{lstm}/b{bucket} (a folder)")
     args = parser.parse_args()
     figures = tune(args.relax, json.loads(args.target_options), args.max_trials,
                    args.trials_per_task, args.out)

@@ -13,6 +13,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     add_model_arguments(parser)
     parser.add_argument("--component", required=True)
+    parser.add_argument("--lstm", required=True, help="the library's LSTM method (none, tir, ...)")
     parser.add_argument("--bucket", required=True, type=int)
     parser.add_argument("--library", required=True)
     parser.add_argument("--params", required=True)
@@ -21,7 +22,7 @@ def main() -> None:
                         help="the library's TVM target in dict form, as JSON (where it runs)")
     parser.add_argument("--out", required=True, help="results/validate/{target}/{component}/{lstm}/b{bucket}.json")
     args = parser.parse_args()
-    report = validate(args.checkpoint, args.model_config, args.component, args.bucket,
+    report = validate(args.checkpoint, args.model_config, args.component, args.lstm, args.bucket,
                       args.library, args.params, args.seed, args.out,
                       json.loads(args.target_options))
     print(json.dumps(report, indent=1))

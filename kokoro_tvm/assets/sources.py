@@ -12,15 +12,11 @@ from typing import Any
 import torch
 
 from kokoro_tvm.assets.model_config import kokoro_config
-from kokoro_tvm.errors import UserError
 from kokoro_tvm.atomic import atomic_path, sha256_file, write_json
-from kokoro_tvm.model import build_kmodel, checkpoint_of
+from kokoro_tvm.errors import WeightSourceError
+from kokoro_tvm.model.kmodel import build_kmodel, checkpoint_of
 
 HF_WEIGHTS_FILE = "kokoro-v1_0.pth"
-
-
-class WeightSourceError(UserError):
-    """A weight source that cannot deliver; the message says what to change."""
 
 
 def hf_download(repo: str, filename: str) -> str:

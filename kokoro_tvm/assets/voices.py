@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from kokoro_tvm.atomic import atomic_path
+from kokoro_tvm.atomic import atomic_path, write_json
 from kokoro_tvm.errors import UserError
 
 VOICE_SHAPE = (510, 1, 256)
@@ -146,3 +146,13 @@ def write_voices(voices: dict[str, np.ndarray], out_dir: str | Path) -> dict[str
             tmp.write_bytes(buffer.getvalue())
         digests[name] = hashlib.sha256(buffer.getvalue()).hexdigest()
     return digests
+
+
+def voice_assets(settings: dict[str, Any], hf_repo: str, out_dir: str | Path,
+                 out_provenance: str | Path) -> dict[str, Any]:
+    """results/assets/voices/: each voice as {name}.npy and a provenance record with their
+    sha256."""
+    voices, provenance = read_voices(settings, hf_repo)
+    provenance["files_sha256"] = write_voices(voices, Path(out_dir))
+    write_json(out_provenance, provenance)
+    return provenance

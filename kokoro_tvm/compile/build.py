@@ -18,9 +18,9 @@ import tvm
 from tvm import relax
 from tvm.support import cc
 
+from kokoro_tvm.abi import TRANSFORM_SUFFIX
 from kokoro_tvm.atomic import atomic_path
 from kokoro_tvm.compile import gpu
-from kokoro_tvm.abi import TRANSFORM_SUFFIX
 
 
 def _tensor_signature(ty) -> dict[str, Any]:

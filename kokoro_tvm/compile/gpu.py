@@ -14,6 +14,7 @@ import os
 import shutil
 from typing import Iterator
 
+
 def cuda_available() -> bool:
     """Whether TVM sees a CUDA device here (False without a driver or GPU)."""
     try:
@@ -45,9 +46,9 @@ def nvcc_compile() -> Iterator[None]:
                 os.environ[name] = value
 
 
-def cuda_sources(lowered: "tvm.IRModule", target: "tvm.target.Target") -> list[str]:
-    """The CUDA C of the kernels a lowered module compiles to: what its library carries and a
-    GPU compiles when loading it (kokoro_tvm/cuda.py)."""
+def cuda_sources(lowered, target) -> list[str]:
+    """The CUDA C of the kernels a lowered module (``tvm.IRModule``) compiles to for ``target``:
+    what its library carries and a GPU compiles when loading it (kokoro_tvm/runtime/cuda.py)."""
     from tvm import relax
 
     with nvcc_compile():

@@ -36,7 +36,7 @@ from tvm import relax
 from tvm.script import tirx as T
 
 from kokoro_tvm.compile import fastmath
-from kokoro_tvm.packed_lstm import CONVERTER_KEY
+from kokoro_tvm.model.packed_lstm import CONVERTER_KEY
 
 # The name prefix of tir_vec's recurrence kernels (GPU targets swap them: compile/gpu_lstm.py).
 VEC_KERNEL_PREFIX = "packed_lstm_recurrence_vec_"

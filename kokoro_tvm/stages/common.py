@@ -13,7 +13,7 @@ IMPORT_FIGURES = ("ir_lines", "import_seconds")
 
 def kmodel(checkpoint: PathLike, model_config: PathLike):
     """KModel with CustomSTFT (TorchSTFT's complex ops have no TVM converters)."""
-    from kokoro_tvm.model import load_kmodel
+    from kokoro_tvm.model.kmodel import load_kmodel
 
     return load_kmodel(model_config, checkpoint, disable_complex=True)
 

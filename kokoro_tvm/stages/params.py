@@ -10,7 +10,7 @@ from kokoro_tvm.stages.common import PathLike, kmodel
 def write_params(checkpoint: PathLike, model_config: PathLike, component: str,
                  out: PathLike) -> None:
     """results/params/{component}.npz: the component's weights under their Relax input names."""
-    from kokoro_tvm.components import component_params
+    from kokoro_tvm.model.components import component_params
 
     arrays = component_params(kmodel(checkpoint, model_config), component)
     with atomic_path(out) as tmp:

@@ -10,7 +10,7 @@ from kokoro_tvm.stages.common import PathLike
 
 def tune(relax_json: PathLike, target_options: dict[str, Any], max_trials: int,
          trials_per_task: int, out_dir: PathLike) -> dict[str, Any]:
-    """results/tuning/{target}/...: a MetaSchedule database for one library's kernels, written
+    """results/tune/{target}/...: a MetaSchedule database for one library's kernels, written
     to a scratch folder and moved into place when complete (with its figures as JSON)."""
     import shutil
 

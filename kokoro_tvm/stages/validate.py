@@ -8,8 +8,8 @@ from kokoro_tvm.atomic import write_json
 from kokoro_tvm.stages.common import PathLike, kmodel
 
 
-def validate(checkpoint: PathLike, model_config: PathLike, component: str, bucket: int,
-             library: PathLike, params: PathLike, seed: int, out: PathLike,
+def validate(checkpoint: PathLike, model_config: PathLike, component: str, lstm: str,
+             bucket: int, library: PathLike, params: PathLike, seed: int, out: PathLike,
              target_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """results/validate/...: the library against PyTorch on the same inputs; fails if not passed.
 
@@ -17,19 +17,20 @@ def validate(checkpoint: PathLike, model_config: PathLike, component: str, bucke
     report with ``status: skipped``, the reason, and ``passed: false``; the job succeeds and the
     manifest lists the library as unvalidated (the runtime refuses it)."""
     from kokoro_tvm.compile.devices import cannot_run_reason, device_kind
-    from kokoro_tvm.validate import ValidationFailed, validate_component
+    from kokoro_tvm.measure.validate import ValidationFailed, validate_component
 
     options = target_options or {"kind": "llvm"}
     reason = cannot_run_reason(options)
     if reason is not None:
-        report = {"component": component, "bucket": bucket, "library": str(library),
+        report = {"component": component, "lstm": lstm, "bucket": bucket,
+                  "library": str(library),
                   "seed": seed, "status": "skipped", "reason": reason, "metrics": {},
                   "passed": False}
         write_json(out, report)
         return report
     report = validate_component(kmodel(checkpoint, model_config), component, bucket, library,
                                 params, seed, device=device_kind(options))
-    report.update(component=component, bucket=bucket, library=str(library), seed=seed,
+    report.update(component=component, lstm=lstm, bucket=bucket, library=str(library), seed=seed,
                   status="passed" if report["passed"] else "failed")
     if not report["passed"]:
         raise ValidationFailed(f"{library} failed validation against PyTorch:\n"

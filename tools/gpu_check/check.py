@@ -61,8 +61,8 @@ def synthetic_kmodel(bundle: Path, document: dict, device: str):
     import synthetic
     import torch
 
-    from kokoro_tvm.components import COMPONENTS
-    from kokoro_tvm.model import build_kmodel
+    from kokoro_tvm.model.components import COMPONENTS
+    from kokoro_tvm.model.kmodel import build_kmodel
 
     kmodel = build_kmodel(json.loads((bundle / "config.json").read_text()), None,
                           disable_complex=True)
@@ -93,10 +93,10 @@ def check_library(kmodel, case: dict, bundle: Path, params: Path, weights: dict,
     """Validation (the validate stage's metrics and bars) and timings of one library."""
     import torch
 
-    from kokoro_tvm.bare import BareLibrary
-    from kokoro_tvm.bench import flops
-    from kokoro_tvm.components import COMPONENTS, run_reference
-    from kokoro_tvm.validate import validate_component
+    from kokoro_tvm.measure.bench_components import flops
+    from kokoro_tvm.measure.validate import validate_component
+    from kokoro_tvm.model.components import COMPONENTS, run_reference
+    from kokoro_tvm.runtime.bare import BareLibrary
 
     name, bucket = case["component"], case["bucket"]
     so = bundle / "libs" / f"{case['stem']}.so"
@@ -151,8 +151,8 @@ def end_to_end(kmodel, root: Path, bundle: Path, document: dict, device: str,
     import numpy as np
     import torch
 
-    from kokoro_tvm.runtime import TvmEngine
-    from kokoro_tvm.validate import SAMPLE_RATE
+    from kokoro_tvm.facts import SAMPLE_RATE
+    from kokoro_tvm.runtime.engine import TvmEngine
 
     engine = TvmEngine(root, target=document["target"], kernels=[bundle / "kernels"])
     ref_s = STYLE_STD * np.random.default_rng(document["seed"]).standard_normal(
@@ -233,8 +233,8 @@ def probe_ops(bundle: Path, document: dict, device: str, tolerance: float) -> li
     import tvm
     from tvm.runtime.vm import VirtualMachine
 
-    from kokoro_tvm.cuda import device as tvm_device
-    from kokoro_tvm.library import as_tensors
+    from kokoro_tvm.runtime.cuda import device as tvm_device
+    from kokoro_tvm.runtime.library import as_tensors
 
     dev = tvm_device(device, [bundle / "kernels"])
     gpu = VirtualMachine(tvm.runtime.load_module(str(bundle / "probes" / "device.so")), dev)
@@ -304,7 +304,7 @@ def main() -> None:
     import torch
     import tvm
 
-    from kokoro_tvm.validate import TIGHT_RELATIVE
+    from kokoro_tvm.measure.validate import TIGHT_RELATIVE
 
     # PyTorch's reference in full float32: TF32 convolutions and matmuls are off by ~1e-3.
     torch.backends.cudnn.allow_tf32 = False

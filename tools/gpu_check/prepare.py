@@ -40,8 +40,8 @@ import probes  # noqa: E402
 
 from kokoro_tvm import g2p, paths  # noqa: E402
 from kokoro_tvm.compile import gpu  # noqa: E402
-from kokoro_tvm.components import COMPONENTS  # noqa: E402
-from kokoro_tvm.cuda import compile_fatbin, kernel_file  # noqa: E402
+from kokoro_tvm.model.components import COMPONENTS  # noqa: E402
+from kokoro_tvm.runtime.cuda import compile_fatbin, kernel_file  # noqa: E402
 
 OTHER_PYTHONS = ("3.10", "3.12", "3.13")
 SKIP = ("__pycache__", "libtvm_compiler.so", "3rdparty", "src", "include", "cython", "web",

@@ -19,14 +19,14 @@ import tvm
 from tvm.s_tir import dlight
 from tvm.s_tir.dlight.base import ScheduleRule
 
+from kokoro_tvm.compile.schedules import math
 from kokoro_tvm.compile.schedules.contraction import apply_contraction
 from kokoro_tvm.compile.schedules.conv1d import legalize_conv1d
 from kokoro_tvm.compile.schedules.conv_transpose import legalize_conv1d_transpose
 from kokoro_tvm.compile.schedules.elementwise import apply_elementwise
-from kokoro_tvm.compile.schedules.row_statistics import apply_row_statistics
-from kokoro_tvm.compile.schedules import math
 from kokoro_tvm.compile.schedules.matmul import legalize_matmul
 from kokoro_tvm.compile.schedules.reduction import legalize_mean, legalize_sum
+from kokoro_tvm.compile.schedules.row_statistics import apply_row_statistics
 
 LEGALIZATIONS = {
     "relax.nn.conv1d": legalize_conv1d,

@@ -21,6 +21,7 @@ import json
 from tvm import s_tir, tirx
 from tvm.target import Target
 
+from kokoro_tvm.compile.schedules.common import root_blocks
 from kokoro_tvm.compile.schedules.cpu import CpuFacts, cpu_facts
 from kokoro_tvm.compile.schedules.elementwise import schedule_root_blocks
 
@@ -62,21 +63,11 @@ def _extent(sch: s_tir.Schedule, loop) -> int:
 
 def find_contraction(sch: s_tir.Schedule) -> tuple[s_tir.schedule.SBlockRV, dict] | None:
     """The annotated contraction block of the function, if any, and its axes."""
-    root = sch.get_sblock("root") if _has_root(sch) else None
-    blocks = sch.get_child_blocks(root) if root is not None else []
-    for block in blocks:
+    for block in root_blocks(sch):
         ann = sch.get(block).annotations
         if ANNOTATION in ann:
             return block, json.loads(str(ann[ANNOTATION]))
     return None
-
-
-def _has_root(sch: s_tir.Schedule) -> bool:
-    try:
-        sch.get_sblock("root")
-        return True
-    except Exception:  # noqa: BLE001 - TVM raises its own error types for a missing block
-        return False
 
 
 def _try(fn, *args) -> bool:
@@ -141,8 +132,7 @@ def schedule_contraction(sch: s_tir.Schedule, block, axes: dict, facts: CpuFacts
 
 def _epilogue(sch: s_tir.Schedule, block) -> list:
     """Blocks after ``block`` at the root, in order (the fused elementwise tail)."""
-    root = sch.get_sblock("root")
-    children = sch.get_child_blocks(root)
+    children = root_blocks(sch)
     names = [sch.get(b).name_hint for b in children]
     index = names.index(sch.get(block).name_hint)
     return list(children[index + 1:])

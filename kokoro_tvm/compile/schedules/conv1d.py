@@ -11,6 +11,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax, te, tirx
 
+from kokoro_tvm.compile.schedules.common import tvm_legalization
 from kokoro_tvm.compile.schedules.contraction import annotation, vec_multiple
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
 
@@ -57,7 +58,7 @@ def legalize_conv1d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     attrs = call.attrs
     x, w = call.args
     if not static_float32_ncw(call, kernel_layout="OIW"):
-        return default_legalization(bb, call)
+        return tvm_legalization(bb, call)
     facts = cpu_facts(tvm.target.Target.current(allow_none=False))
     length = int(x.ty.shape[2])
     stride, dilation = int(attrs.strides[0]), int(attrs.dilation[0])
@@ -68,5 +69,4 @@ def legalize_conv1d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
                       vec_multiple(facts, int(w.ty.shape[0]), out_len), primfunc_name_hint="conv1d")
 
 
-def default_legalization(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+

@@ -19,8 +19,9 @@ from __future__ import annotations
 import tvm
 from tvm import relax, te, tirx
 
+from kokoro_tvm.compile.schedules.common import tvm_legalization
 from kokoro_tvm.compile.schedules.contraction import annotation, vec_multiple
-from kokoro_tvm.compile.schedules.conv1d import default_legalization, static_float32_ncw
+from kokoro_tvm.compile.schedules.conv1d import static_float32_ncw
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
 
 
@@ -78,7 +79,7 @@ def legalize_conv1d_transpose(bb: relax.BlockBuilder, call: relax.Call) -> relax
     x, w = call.args
     supported = static_float32_ncw(call, kernel_layout="IOW") and int(attrs.dilation[0]) == 1
     if not supported:
-        return default_legalization(bb, call)
+        return tvm_legalization(bb, call)
     facts = cpu_facts(tvm.target.Target.current(allow_none=False))
     stride, groups = int(attrs.strides[0]), int(attrs.groups)
     padding = (int(attrs.padding[0]), int(attrs.padding[1]))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from tvm import s_tir, tirx
 from tvm.target import Target
 
+from kokoro_tvm.compile.schedules.common import root_blocks
 from kokoro_tvm.compile.schedules.cpu import CpuFacts, cpu_facts
 
 # Below this many iterations a parallel loop costs more than it saves.
@@ -31,13 +32,6 @@ def _parallel_outer(sch, loops, extents, cores: int) -> None:
         taken += 1
     outer = loops[:taken]
     sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
-
-
-def root_blocks(sch: s_tir.Schedule) -> list:
-    try:
-        return list(sch.get_child_blocks(sch.get_sblock("root")))
-    except Exception:  # noqa: BLE001 - functions without a root block are left alone
-        return []
 
 
 def _extent(sch, loop) -> int | None:

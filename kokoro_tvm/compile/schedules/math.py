@@ -23,18 +23,15 @@ import tvm
 from tvm import relax, te
 
 from kokoro_tvm.compile import fastmath
+from kokoro_tvm.compile.schedules.common import tvm_legalization
 
 MAX_WHOLE_EXPONENT = 4
-
-
-def _tvm_legalization(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
 
 
 def _elementwise(fn, name: str):
     def legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         if call.args[0].ty.dtype != "float32":
-            return _tvm_legalization(bb, call)
+            return tvm_legalization(bb, call)
         return bb.call_te(lambda x: te.compute(x.shape, lambda *i: fn(x(*i)), name=name),
                           call.args[0], primfunc_name_hint=name)
 
@@ -68,7 +65,7 @@ def legalize_power(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     base, exponent = call.args
     whole = _whole_exponent(exponent)
     if whole is None or base.ty.dtype != "float32":
-        return _tvm_legalization(bb, call)
+        return tvm_legalization(bb, call)
     return bb.call_te(_repeated_product, base, whole, primfunc_name_hint="power")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax, te, tirx
 
+from kokoro_tvm.compile.schedules.common import tvm_legalization
 from kokoro_tvm.compile.schedules.contraction import annotation, vec_multiple
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
 
@@ -76,7 +77,7 @@ def legalize_matmul(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
                       == [int(d) for d in a_shape[:-2]]))
     facts = cpu_facts(tvm.target.Target.current(allow_none=False))
     if not supported or int(b_shape[-1]) < facts.lanes():
-        return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+        return tvm_legalization(bb, call)
     rows, cols = int(a_shape[-2]), int(b_shape[-1])
     tile = vec_multiple(facts, rows, cols)
     panels = len(b_shape) == 2

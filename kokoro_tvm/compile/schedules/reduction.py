@@ -15,6 +15,8 @@ import math
 import tvm
 from tvm import relax, te, topi
 
+from kokoro_tvm.compile.schedules.common import tvm_legalization
+
 # Reductions over at least this many elements accumulate in float64.
 LONG_REDUCTION = 1024
 
@@ -42,7 +44,7 @@ def _legalize(mean: bool):
     def legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         count = _reduced_count(call)
         if call.args[0].ty.dtype != "float32" or count is None or count < LONG_REDUCTION:
-            return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+            return tvm_legalization(bb, call)
         return bb.call_te(_float64_reduction, call.args[0], call.attrs.axis,
                           bool(call.attrs.keepdims), mean,
                           primfunc_name_hint="mean" if mean else "sum")

@@ -16,10 +16,13 @@ from tvm import s_tir, tirx
 from tvm.target import Target
 
 from kokoro_tvm.compile.instance_norm import PARTIAL_SUMS, ROW_STATISTIC
+from kokoro_tvm.compile.schedules.common import root_blocks
 from kokoro_tvm.compile.schedules.contraction import vectorize_inner
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
-from kokoro_tvm.compile.schedules.elementwise import (inline_spatial, root_blocks,
-                                                      schedule_root_blocks)
+from kokoro_tvm.compile.schedules.elementwise import (
+    inline_spatial,
+    schedule_root_blocks,
+)
 
 
 def _kind(sch: s_tir.Schedule, block) -> str | None:

@@ -17,14 +17,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from kokoro_tvm import cuda, paths
+from kokoro_tvm import paths
 from kokoro_tvm.atomic import sha256_file
 from kokoro_tvm.errors import UserError
-from kokoro_tvm.library import Library, Weights
-from kokoro_tvm.speech import ChunkTooLong
+from kokoro_tvm.facts import COMPONENT_NAMES, HARMONICS, SAMPLES_PER_FRAME
+from kokoro_tvm.runtime import cuda
+from kokoro_tvm.runtime.library import Library, Weights
+from kokoro_tvm.runtime.speech import ChunkTooLong
 
-SAMPLES_PER_FRAME = 600
-HARMONICS = 9  # Kokoro's generator: the fundamental and 8 overtones
 # Preferred LSTM lowering when a manifest has several, fastest first (bench_lstm, real sizes:
 # tir_vec runs 5-22x faster than tir, and duration's LSTMs at 512 tokens in 39 ms against 72 ms
 # unrolled, which is also by far the slowest to build).
@@ -123,9 +123,9 @@ def load_components(root: Path, target: str, lstm: str | None,
             _check(root / entry["library"], entry["library_sha256"], f"{component} library")
         components[component] = Buckets(component, chosen, root, Weights(params, device),
                                         target)
-    missing = {"bert", "duration", "text_encoder", "f0n", "decoder"} - set(components)
+    missing = [name for name in COMPONENT_NAMES if name not in components]
     if missing:
-        raise RuntimeLibraryError(f"the {target} manifest has no {', '.join(sorted(missing))} "
+        raise RuntimeLibraryError(f"the {target} manifest has no {', '.join(missing)} "
                                   "libraries: run snakemake --cores 2 all")
     return components
 

@@ -29,6 +29,7 @@ os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))
                                              else os.cpu_count() or 1))
 
 import tvm  # noqa: E402 - after the thread count is set
+
 # The runtime's VM class (relax.VirtualMachine is this one), so that a runtime-only TVM without
 # the compiler package can load libraries too (kokoro_tvm/bare.py).
 from tvm.runtime.vm import VirtualMachine  # noqa: E402

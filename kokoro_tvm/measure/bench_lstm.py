@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from kokoro_tvm import paths
 from kokoro_tvm.atomic import atomic_path, write_json
 
 PathLike = str | Path
@@ -39,7 +40,7 @@ def time_library(library: PathLike, params: PathLike, function: str,
                  signature: dict[str, Any], repeats: int, seed: int = 0) -> dict[str, float]:
     """Median and minimum milliseconds of ``repeats`` calls, after one warm-up call (which also
     prepares the weights)."""
-    from kokoro_tvm.library import Library, Weights
+    from kokoro_tvm.runtime.library import Library, Weights
 
     call = Library(library, Weights(params)).bind(function, _inputs(signature, seed))
     call()
@@ -57,7 +58,7 @@ def benchmark(manifest: PathLike, params: list[PathLike], repeats: int = 5
     """Every LSTM library (lstm != none) of the manifest, timed; compile figures from its meta."""
     document = json.loads(Path(manifest).read_text())
     params_of = {Path(p).stem: Path(p) for p in params}
-    root = Path(manifest).resolve().parents[2]  # manifest paths are relative to the workdir
+    root = paths.work_folder(manifest)
     entries = []
     for lib in sorted(document["libraries"],
                       key=lambda e: (e["component"], e["lstm"], e["bucket"])):

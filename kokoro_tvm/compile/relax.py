@@ -19,7 +19,7 @@ from kokoro_tvm import masked_norm
 from kokoro_tvm.compile.converters import CONVERTERS
 from kokoro_tvm.compile.instance_norm import convert_masked_instance_norm
 from kokoro_tvm.compile.lstm import LSTM_METHODS, LstmMethod
-from kokoro_tvm.packed_lstm import CONVERTER_KEY
+from kokoro_tvm.model.packed_lstm import CONVERTER_KEY
 
 Params = dict[str, np.ndarray]
 # Converters of our own ops (the LSTM's come with its method).

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from kokoro_tvm.atomic import atomic_path
@@ -14,11 +13,11 @@ class ImportFailed(UserError):
     """An exported program TVM cannot import (an unsupported op, say); names the artifact."""
 
 
-def import_relax(exported: PathLike, lstm: str, out: PathLike) -> dict[str, Any]:
+def relax(exported: PathLike, lstm: str, out: PathLike) -> dict[str, Any]:
     """results/relax/{component}/{lstm}/b{bucket}.json; import figures kept as module attrs."""
     import tvm
 
-    from kokoro_tvm.compile.importer import import_programs, ir_lines
+    from kokoro_tvm.compile.relax import import_programs, ir_lines
 
     started = time.perf_counter()
     try:

@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 from kokoro_tvm import paths
-from kokoro_tvm.model import load_kmodel
+from kokoro_tvm.facts import HARMONICS, SAMPLES_PER_FRAME
+from kokoro_tvm.model.kmodel import load_kmodel
 
 
 class TorchEngine:
@@ -40,7 +41,7 @@ def kokoro_noise(seed: int, frames: int) -> tuple[np.ndarray, np.ndarray]:
     initial phases, then the Gaussian noise, which ``randn_like`` draws into a transposed view
     of [1, harmonics, samples] memory (torch draws different values into strided memory).
     Lets the TVM runtime reproduce this engine."""
-    harmonics, samples = 9, 600 * frames
+    harmonics, samples = HARMONICS, SAMPLES_PER_FRAME * frames
     torch.manual_seed(seed)
     phase = torch.rand(1, harmonics)
     sine = torch.empty(1, harmonics, samples).transpose(1, 2).normal_()

@@ -10,9 +10,10 @@ from typing import Any
 
 import torch
 
+from kokoro_tvm.facts import SUBMODULES
+
 # KModel insists on a repo id even when config and weights are local; it is only a label here.
 REPO_ID = "hexgrad/Kokoro-82M"
-SUBMODULES = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
 
 
 def build_kmodel(config: dict[str, Any], checkpoint: str | os.PathLike | None = None, *,
@@ -45,3 +46,12 @@ def load_kmodel(config_json: str | os.PathLike, checkpoint: str | os.PathLike, *
     """KModel from the asset files ``results/assets/config.json`` and ``kokoro-82m.pth``."""
     config = json.loads(Path(config_json).read_text(encoding="utf-8"))
     return build_kmodel(config, checkpoint, disable_complex=disable_complex)
+
+
+def model_device(kmodel) -> torch.device:
+    """Where a KModel's weights are (the reference runs there: the CPU, or a GPU)."""
+    return next(kmodel.parameters()).device
+
+
+def on_device(values: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {name: value.to(device) for name, value in values.items()}

@@ -5,7 +5,7 @@ import json
 import sys
 
 from kokoro_tvm.errors import run_script
-from kokoro_tvm.stages.relax_import import import_relax
+from kokoro_tvm.stages.relax import relax
 
 
 def main() -> None:
@@ -14,7 +14,7 @@ def main() -> None:
     parser.add_argument("--lstm", required=True, help="LSTM lowering method (none without LSTMs)")
     parser.add_argument("--out", required=True, help="results/relax/{component}/{lstm}/b{bucket}.json")
     args = parser.parse_args()
-    print(json.dumps(import_relax(args.exported, args.lstm, args.out)))
+    print(json.dumps(relax(args.exported, args.lstm, args.out)))
 
 
 if __name__ == "__main__":

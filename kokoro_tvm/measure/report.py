@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kokoro_tvm.atomic import atomic_path
+from kokoro_tvm.facts import SAMPLE_RATE
 
 PathLike = str | Path
 
@@ -30,14 +31,13 @@ def validation_table(reports: list[PathLike], target: str, out: PathLike) -> dic
     rows, counts = [], {}
     for path in reports:
         report = json.loads(Path(path).read_text())
-        parts = Path(path).parts  # .../validate/{target}/{component}/{lstm}/b{bucket}.json
         status = report.get("status", "passed" if report["passed"] else "failed")
         counts[status] = counts.get(status, 0) + 1
         judged = [_metric_cell(name, m) for name, m in sorted(report["metrics"].items())
                   if m.get("tolerance") is not None]
         detail = "<br>".join(judged) or html.escape(report.get("reason", ""))
-        rows.append(f"<tr class=\"{status}\"><td>{html.escape(parts[-3])}</td>"
-                    f"<td>{html.escape(parts[-2])}</td><td>{report['bucket']}</td>"
+        rows.append(f"<tr class=\"{status}\"><td>{html.escape(report['component'])}</td>"
+                    f"<td>{html.escape(report['lstm'])}</td><td>{report['bucket']}</td>"
                     f"<td>{status}</td><td>{detail}</td></tr>")
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     document = f"""<!DOCTYPE html>
@@ -66,19 +66,19 @@ def spectrogram_comparison(root: PathLike, target: str, sentence: str, voice: st
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from kokoro_tvm.g2p import phonemizer, token_ids
-    from kokoro_tvm.reference import TorchEngine, kokoro_noise
-    from kokoro_tvm.runtime import TvmEngine
-    from kokoro_tvm.speech import load_vocab
-    from kokoro_tvm.validate import log_mel, snr_db
-    from kokoro_tvm.voices import load_voice, style_for
+    from kokoro_tvm.measure.validate import log_mel, snr_db
+    from kokoro_tvm.model.reference import TorchEngine, kokoro_noise
+    from kokoro_tvm.runtime.engine import TvmEngine
+    from kokoro_tvm.runtime.g2p import phonemizer, token_ids
+    from kokoro_tvm.runtime.speech import load_vocab
+    from kokoro_tvm.runtime.voices import load_voice, style_for
 
     ids = token_ids(phonemizer("en-us")(sentence), load_vocab(root))
     ref_s = style_for(load_voice(voice, root), len(ids))
     tvm_audio = TvmEngine(root, target=target, noise=kokoro_noise).synthesize(ids, ref_s, 1.0, seed)
     torch_audio = TorchEngine(root, disable_complex=True).synthesize(ids, ref_s, 1.0, seed)
     figures = {"snr_db": round(snr_db(tvm_audio, torch_audio), 2),
-               "seconds": round(len(torch_audio) / 24_000, 3)}
+               "seconds": round(len(torch_audio) / SAMPLE_RATE, 3)}
     tvm_mel, torch_mel = log_mel(tvm_audio), log_mel(torch_audio)
     fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
     difference = tvm_mel - torch_mel

@@ -1,35 +1,16 @@
-"""Static fidelity (docs/decisions.md, Fidelity): a built library against the PyTorch wrapper it came from;
-and, for components with a length mask (duration, text_encoder, f0n, decoder), length-exact
-fidelity: the library's valid outputs against unpatched Kokoro run on the same utterance without
-padding (the decoder's waveform by the spectral bars below, with Kokoro's noise draws given).
+"""Static fidelity: a built library against the PyTorch wrapper it came from; and, for
+components with a length mask (duration, text_encoder, f0n, decoder), length-exact fidelity: the
+library's valid outputs against unpatched Kokoro run on the same utterance without padding.
+What the bars are and why: docs/decisions.md, Fidelity.
 
 Both run on the same padded example inputs (``Component.example_inputs`` at one seed). Every
-function output gets a tight check: max abs error relative to the output's scale (max abs of the
-reference) <= 1e-4, each function fed the *reference* values of its inputs. Components with
-several functions (the decoder: ``source`` then ``body``) are also run chained, library output
-into library input, and their ``spectral_outputs`` (the waveform) are judged by log-mel L1 and
-SNR: the harmonic source is ill-conditioned in float32, so sample-wise error says little there.
-
-The decoder's ``source`` output itself is reported without a tolerance: its phase half jumps by
-2 pi wherever atan2 sits on its branch cut (max abs error 6.28 at 8 of 9 seeds measured) and its
-magnitude carries the float32 phase accumulation of the sine generator (1e-4..2.4e-4 relative
-at F=16, growing with F); it is judged through the chained waveform.
-
-Spectral bars, from measurements with the real weights (chained TVM vs PyTorch on the example
-inputs, seeds 0-1, buckets 128-2048 frames). Every judged result also computes a probe: PyTorch
-against itself with one input scaled by 1 + 1e-6 (``Component.spectral_probe``; F0 for the
-decoder), i.e. what float32 rounding of the input alone does at that bucket.
-
-- log-mel L1 <= 0.25: the probe gave 0.037 (128 frames) to 0.19 (2048), TVM 0.030-0.21; the
-  smallest real change, other SineGen noise draws, gave 0.32-0.42, F0 x 1.01 0.55-0.65,
-  another style 1.3-1.7.
-- SNR >= the probe's SNR minus 10 dB, or 30 dB where that is less: sample-wise agreement
-  decays with length for PyTorch itself (the probe: 27 dB at 128 frames, 21 at 512, 13 at
-  1024, 1 at 2048: the sine generator accumulates phase over the whole utterance), so a fixed
-  SNR bar would either fail PyTorch against itself at long buckets or say nothing at short
-  ones. TVM measured 26-30 dB at 128-512 frames (above the probe), 9.7 dB at 1024 and 5.9 dB
-  at 2048. The 30 dB cap (the runtime's bar against PyTorch, issue 5) is for waveforms that
-  barely react to the probe (the tiny random test model: probe 129 dB, TVM 114 dB).
+function output gets a tight check, max abs error relative to the output's scale, each function
+fed the reference values of its inputs. Components with several functions (the decoder:
+``source`` then ``body``) also run chained, library to library, and their ``spectral_outputs``
+(the waveform) are judged by log-mel L1 and by an SNR bar relative to a probe: PyTorch against
+itself with one input changed by a rounding-sized amount (``Component.spectral_probe``). The
+decoder's ``source`` output is reported without a bar (ill-conditioned in float32) and judged
+through the chained waveform.
 """
 from __future__ import annotations
 
@@ -40,14 +21,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from kokoro_tvm.components import (COMPONENTS, Component, crop, run_exact_length,
-                                   run_reference, valid_length)
-from kokoro_tvm.cuda import device as tvm_device
 from kokoro_tvm.errors import UserError
-from kokoro_tvm.library import Library, Weights
+from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.model.components import (
+    COMPONENTS,
+    Component,
+    crop,
+    run_exact_length,
+    run_reference,
+    valid_length,
+)
+from kokoro_tvm.runtime.cuda import device as tvm_device
+from kokoro_tvm.runtime.library import Library, Weights
 
 TIGHT_RELATIVE = 1e-4
-# The chained waveform's bars (module docstring: measurements): log-mel L1 at most
+# The chained waveform's bars (docs/decisions.md, Fidelity): log-mel L1 at most
 # ``log_mel_l1``; SNR at least the probe's SNR minus ``snr_below_probe_db``, capped at
 # ``snr_db_cap``.
 SPECTRAL_TOLERANCES = {"log_mel_l1": 0.25, "snr_below_probe_db": 10.0, "snr_db_cap": 30.0}
@@ -58,7 +46,6 @@ def snr_bar(probe_snr: float) -> float:
     return min(SPECTRAL_TOLERANCES["snr_db_cap"],
                probe_snr - SPECTRAL_TOLERANCES["snr_below_probe_db"])
 
-SAMPLE_RATE = 24_000
 
 
 class ValidationFailed(UserError):

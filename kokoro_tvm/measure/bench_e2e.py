@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from kokoro_tvm.atomic import write_json
+
 SENTENCES = (
     "The quick brown fox jumps over the lazy dog.",
     "She sells seashells by the seashore, and the shells she sells are surely seashells.",
@@ -55,13 +57,13 @@ class OnnxEngine:
 
 def _make_engine(name: str, root: Path, target: str, threads: int):
     if name == "tvm":
-        from kokoro_tvm.runtime import TvmEngine
+        from kokoro_tvm.runtime.engine import TvmEngine
 
         return TvmEngine(root, target=target)
     if name == "torch":
         import torch
 
-        from kokoro_tvm.reference import TorchEngine
+        from kokoro_tvm.model.reference import TorchEngine
 
         torch.set_num_threads(threads)
         return TorchEngine(root)
@@ -75,7 +77,8 @@ def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
     """A child process: load and warm up one engine, then answer "round" requests with one
     timed pass over the sentences and the first-audio latency, and "stop" with its figures."""
     os.environ["TVM_NUM_THREADS"] = str(threads)  # read when TVM's thread pool starts
-    from kokoro_tvm.speech import SAMPLE_RATE, speak, speak_chunks
+    from kokoro_tvm.facts import SAMPLE_RATE
+    from kokoro_tvm.runtime.speech import speak, speak_chunks
 
     started = time.perf_counter()
     engine = _make_engine(name, root, target, threads)
@@ -166,3 +169,12 @@ def plot(figures: dict[str, Any], dest: str | Path) -> None:
     with atomic_path(dest) as tmp:
         fig.savefig(tmp, format="png")
     plt.close(fig)
+
+
+def run(root: str | Path, target: str, threads: int, voice: str, engines: list[str],
+        rounds: int, out_json: str | Path, out_plot: str | Path) -> dict[str, Any]:
+    """results/bench/e2e/{target}.json and .png."""
+    figures = benchmark(root, target, threads, voice, engines, rounds)
+    write_json(out_json, figures)
+    plot(figures, out_plot)
+    return figures

@@ -12,11 +12,11 @@ from typing import Callable, Iterator, Protocol
 
 import numpy as np
 
-from kokoro_tvm import g2p, paths
+from kokoro_tvm import paths
 from kokoro_tvm.errors import UserError
-from kokoro_tvm.voices import load_voice, style_for
-
-SAMPLE_RATE = 24_000
+from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.runtime import g2p
+from kokoro_tvm.runtime.voices import load_voice, style_for
 
 
 class SpeechError(UserError):

@@ -1,0 +1,20 @@
+# Params: a component's weights, once for all its buckets and LSTM methods.
+
+
+rule params:
+    input:
+        checkpoint=rules.weights.output.checkpoint,
+        config=rules.weights.output.config,
+        code=code_inputs("params.py"),
+        script=script("params.py"),
+    output:
+        npz=paths.PARAMS,
+    params:
+        versions=versions("torch", "kokoro"),
+    log:
+        "logs/params/{component}.log",
+    conda:
+        "../envs/kokoro-tvm.yaml"
+    shell:
+        "python {input.script} --checkpoint {input.checkpoint} --model-config {input.config}"
+        " --component {wildcards.component} --out {output.npz} > {log} 2>&1"

@@ -1,0 +1,22 @@
+# Relax: exported programs imported into TVM Relax; weights stay inputs (results/params holds
+# them once per component).
+
+
+rule relax:
+    input:
+        pt2=rules.export.output.pt2,
+        code=component_code("relax.py"),
+        script=script("relax.py"),
+    output:
+        relax=paths.RELAX,
+    params:
+        versions=versions("apache-tvm", "torch"),
+    log:
+        "logs/relax/{component}/{lstm}/b{bucket}.log",
+    benchmark:
+        "benchmarks/relax/{component}/{lstm}/b{bucket}.tsv"
+    conda:
+        "../envs/kokoro-tvm.yaml"
+    shell:
+        "python {input.script} --exported {input.pt2} --lstm {wildcards.lstm}"
+        " --out {output.relax} > {log} 2>&1"

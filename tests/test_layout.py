@@ -1,0 +1,152 @@
+"""The code layout holds: the runtime side imports nothing of the model, build or measurement
+sides (nor torch or TVM's compiler), module-level imports have no cycle, and every rule's code
+inputs cover every package module its script imports (docs/architecture.md, Staleness)."""
+from __future__ import annotations
+
+import ast
+import modulefinder
+import re
+import sys
+from pathlib import Path
+
+from conftest import REPO, run_snakemake
+
+from kokoro_tvm.model.components import COMPONENTS
+
+PACKAGE = REPO / "kokoro_tvm"
+# What the runtime side must not import, directly or through the package modules it uses.
+NOT_IN_RUNTIME = ("torch", "tvm.relax", "tvm.s_tir", "tvm.te", "tvm.topi", "snakemake", "onnx",
+                  "onnxruntime", "kokoro", "kokoro_tvm.model", "kokoro_tvm.compile",
+                  "kokoro_tvm.stages", "kokoro_tvm.assets", "kokoro_tvm.measure")
+# Modules whose code matters only to components with LSTMs (rules/common.smk, LSTM_ONLY).
+LSTM_ONLY = ("kokoro_tvm.compile.lstm", "kokoro_tvm.compile.gpu_lstm",
+             "kokoro_tvm.model.packed_lstm")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_file(name: str) -> Path | None:
+    base = REPO.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def imports(path: Path, top_level: bool = False) -> set[str]:
+    """Modules ``path`` imports: anywhere in it, or only in module-level statements."""
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level else list(ast.walk(tree))
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names
+                         if module_file(f"{node.module}.{alias.name}"))
+    return found
+
+
+def package_closure(start: set[str], top_level: bool = False) -> dict[str, set[str]]:
+    """Package module -> its imports, for every package module reachable from ``start``."""
+    graph: dict[str, set[str]] = {}
+    todo = [m for m in start if module_file(m)]
+    while todo:
+        name = todo.pop()
+        if name in graph:
+            continue
+        graph[name] = imports(module_file(name), top_level)
+        todo += [m for m in graph[name] if m.startswith("kokoro_tvm") and module_file(m)]
+    return graph
+
+
+def test_runtime_side_imports_no_torch_compiler_or_other_side():
+    runtime = {module_name(p) for p in (PACKAGE / "runtime").glob("*.py")}
+    assert {"kokoro_tvm.runtime.engine", "kokoro_tvm.runtime.library"} <= runtime
+    offending = {
+        (module, imported)
+        for module, found in package_closure(runtime).items()
+        for imported in found
+        if any(imported == bad or imported.startswith(bad + ".") for bad in NOT_IN_RUNTIME)}
+    assert not offending, sorted(offending)
+
+
+def test_no_import_cycles():
+    everything = {module_name(p) for p in PACKAGE.rglob("*.py")}
+    graph = {m: {i for i in deps if i in everything and i != m}
+             for m, deps in package_closure(everything, top_level=True).items()}
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in graph.get(node, ()):
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path + [node, nxt]))
+            if nxt not in state:
+                visit(nxt, path + [node])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+
+
+class _PackageFinder(modulefinder.ModuleFinder):
+    """The standard library's import finder, following only this package's modules, and not
+    into ``skipped`` ones."""
+
+    def __init__(self, skipped=(), **options):
+        super().__init__(**options)
+        self.skipped = set(skipped)
+
+    def import_hook(self, name, caller=None, fromlist=None, level=-1):
+        if level <= 0 and (name.split(".")[0] != "kokoro_tvm" or name in self.skipped):
+            return None
+        fromlist = [f for f in fromlist or () if f"{name}.{f}" not in self.skipped] or None
+        return super().import_hook(name, caller, fromlist, level)
+
+
+def script_modules(script: Path, skipped=()) -> set[Path]:
+    finder = _PackageFinder(skipped, path=[str(REPO), *sys.path])
+    finder.run_script(str(script))
+    return {Path(m.__file__) for name, m in finder.modules.items()
+            if name.startswith("kokoro_tvm") and m.__file__}
+
+
+def dry_run_jobs(workdir: Path) -> list[dict]:
+    """Every job of `all` and `figures` with its inputs and wildcards, from a forced dry run."""
+    done = run_snakemake(workdir, "-n", "--forceall", "all", "figures")
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", done.stdout):
+        rule = re.match(r"(?:local)?rule (\w+):", block)
+        inputs = re.search(r"\n\s+input: (.*)", block)
+        if rule and inputs:
+            wildcards = re.search(r"\n\s+wildcards: (.*)", block)
+            jobs.append({"rule": rule.group(1),
+                         "inputs": {Path(p) for p in inputs.group(1).split(", ")},
+                         "wildcards": dict(w.split("=") for w in wildcards.group(1).split(", "))
+                         if wildcards else {}})
+    return jobs
+
+
+def test_every_rule_lists_the_code_its_script_imports(tmp_path):
+    """The code inputs Snakemake compares are every package module the rule's script imports
+    (as Python's own modulefinder sees them), but for components without LSTMs the LSTM-only
+    modules and what only they import, which those components never run."""
+    jobs = dry_run_jobs(tmp_path)
+    assert {"export", "relax", "lower", "build", "validate", "manifest", "weights",
+            "bench_components_target", "spectrogram"} <= {j["rule"] for j in jobs}
+    for job in jobs:
+        scripts = [p for p in job["inputs"] if p.parent.name == "workflow_scripts"]
+        if not scripts:  # only the target rules run no script
+            assert job["rule"] in ("all", "figures"), job
+            continue
+        component = job["wildcards"].get("component")
+        lstm = component is None or COMPONENTS[component].has_lstm
+        expected = script_modules(scripts[0], () if lstm else LSTM_ONLY)
+        missing = expected - job["inputs"]
+        assert not missing, (job["rule"], job["wildcards"], sorted(map(str, missing)))
