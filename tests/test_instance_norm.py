@@ -1,4 +1,4 @@
-"""The masked InstanceNorm op (kokoro_tvm/masked_norm.py) and its one-kernel lowering
+"""The masked InstanceNorm op (kokoro_tvm/model/masked_norm.py) and its one-kernel lowering
 (compile/instance_norm.py, schedules/row_statistics.py).
 
 - The op in PyTorch: with every position valid it is torch's instance_norm; with padding, each

@@ -6,7 +6,7 @@ runs, plus the converters it needs. Components without an LSTM use ``none``, whi
 importer: this module is what only LSTM artifacts depend on (rules/common.smk).
 
 Kokoro's LSTMs reach the importer as one ``kokoro_tvm::packed_lstm`` node each (the op of
-kokoro_tvm/packed_lstm.py: bidirectional, batch first, per-sequence lengths, nn.LSTM's packed
+kokoro_tvm/model/packed_lstm.py: bidirectional, batch first, per-sequence lengths, nn.LSTM's packed
 semantics). Every method computes the input projection of both directions as one matmul over
 all time steps, reading each weight once (TVM's own route copied the input weight once per step,
 docs/decisions.md, TVM 0.27); they differ in the recurrence:

@@ -31,7 +31,7 @@ os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))
 import tvm  # noqa: E402 - after the thread count is set
 
 # The runtime's VM class (relax.VirtualMachine is this one), so that a runtime-only TVM without
-# the compiler package can load libraries too (kokoro_tvm/bare.py).
+# the compiler package can load libraries too (kokoro_tvm/runtime/bare.py).
 from tvm.runtime.vm import VirtualMachine  # noqa: E402
 
 from kokoro_tvm.abi import TRANSFORM_SUFFIX  # noqa: E402

@@ -38,7 +38,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import probes  # noqa: E402
 
-from kokoro_tvm import g2p, paths  # noqa: E402
+from kokoro_tvm import paths  # noqa: E402
+from kokoro_tvm.runtime import g2p  # noqa: E402
 from kokoro_tvm.compile import gpu  # noqa: E402
 from kokoro_tvm.model.components import COMPONENTS  # noqa: E402
 from kokoro_tvm.runtime.cuda import compile_fatbin, kernel_file  # noqa: E402
