@@ -23,15 +23,10 @@ from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.relax import import_programs
 from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.measure.validate import validate_component
-from kokoro_tvm.model.components import (
-    COMPONENTS,
-    PATCHES,
-    DecoderWrapper,
-    TextEncoderWrapper,
-    export_component,
-    patched,
-)
+from kokoro_tvm.model.components import COMPONENTS, export_component
 from kokoro_tvm.model.kmodel import build_kmodel
+from kokoro_tvm.model.patches import PATCHES, patched
+from kokoro_tvm.model.wrappers import DecoderWrapper, TextEncoderWrapper
 
 TINY = Path(__file__).resolve().parent / "data" / "tiny.yaml"
 BUCKET, OTHER_BUCKET = 16, 8

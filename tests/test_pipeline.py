@@ -6,6 +6,7 @@ lives in another, and every staleness claim of docs/architecture.md, Staleness i
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import yaml
@@ -88,6 +90,48 @@ def test_second_run_has_nothing_to_do(built, workflow):
     assert dry_run(built, workflow, "all") == []
 
 
+@contextlib.contextmanager
+def edited(path: Path) -> Iterator[None]:
+    """``path`` with a line appended (an edit, not a touch: Snakemake compares checksums of
+    small inputs), restored afterwards with its timestamps."""
+    original, stat = path.read_text(), path.stat()
+    path.write_text(original + "\n# an edit\n")
+    try:
+        yield
+    finally:
+        path.write_text(original)
+        os.utime(path, (stat.st_atime, stat.st_mtime))
+
+
+def test_touching_every_file_rebuilds_nothing(built, workflow):
+    """Staleness is by content: new timestamps on every code file and every artifact alone
+    schedule no job (Snakemake compares checksums of inputs, large files included)."""
+    stamp = time.time() + 5
+    touched = [p for p in [*workflow.rglob("*"), *(built / "results").rglob("*")] if p.is_file()]
+    saved = {p: p.stat() for p in touched}
+    try:
+        for path in touched:
+            os.utime(path, (stamp, stamp))
+        assert dry_run(built, workflow, "all") == []
+    finally:
+        for path, stat in saved.items():
+            os.utime(path, (stat.st_atime, stat.st_mtime))
+
+
+def test_runtime_edit_rebuilds_nothing_in_all(built, workflow):
+    """The runtime's engine is code no stage of `all` runs."""
+    with edited(workflow / "kokoro_tvm/runtime/engine.py"):
+        assert dry_run(built, workflow, "all") == []
+
+
+def test_facts_edit_rebuilds_what_reads_them(built, workflow):
+    """An edit of a shared module reaches every stage that imports it (no hand-kept lists):
+    facts.py is read by the model side, so exports and everything after them rerun."""
+    with edited(workflow / "kokoro_tvm/facts.py"):
+        jobs = rules_of(dry_run(built, workflow, "all"))
+    assert jobs["export"] == 5 and jobs["validate"] == 10 and jobs["manifest"] == 2, jobs
+
+
 def test_adding_a_bucket_builds_only_that_bucket(built, workflow, tmp_path):
     jobs = dry_run(built, workflow, "all",
                    configfiles=overrides(tmp_path, buckets={"bert": [16, 24]}))
@@ -99,15 +143,9 @@ def test_adding_a_bucket_builds_only_that_bucket(built, workflow, tmp_path):
 
 
 def test_lstm_lowering_change_rebuilds_only_lstm_artifacts(built, workflow):
-    """An edit (not a touch: Snakemake compares checksums of small inputs) of the lowering."""
-    lowering = workflow / "kokoro_tvm/compile/lstm.py"
-    original, stat = lowering.read_text(), lowering.stat()
-    lowering.write_text(original + "\n# an edit\n")
-    try:
+    """An edit of the LSTM lowering reaches the LSTM components only."""
+    with edited(workflow / "kokoro_tvm/compile/lstm.py"):
         jobs = dry_run(built, workflow, "all")
-    finally:
-        lowering.write_text(original)
-        os.utime(lowering, (stat.st_atime, stat.st_mtime))
     assert rules_of(jobs) == {"relax": 3, "lower": 6, "build": 6, "validate": 6,
                               "manifest": 2, "validation_report": 2}
     for job in jobs:

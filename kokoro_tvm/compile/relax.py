@@ -15,10 +15,10 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
 
-from kokoro_tvm.model import masked_norm
 from kokoro_tvm.compile.converters import CONVERTERS
 from kokoro_tvm.compile.instance_norm import convert_masked_instance_norm
 from kokoro_tvm.compile.lstm import LSTM_METHODS, LstmMethod
+from kokoro_tvm.model import masked_norm
 from kokoro_tvm.model.packed_lstm import CONVERTER_KEY
 
 Params = dict[str, np.ndarray]

@@ -21,7 +21,8 @@ import torch
 
 from kokoro_tvm import paths
 from kokoro_tvm.atomic import atomic_path, write_json
-from kokoro_tvm.model.components import COMPONENTS, patched, run_reference
+from kokoro_tvm.model.components import COMPONENTS, run_reference
+from kokoro_tvm.model.patches import patched
 from kokoro_tvm.runtime.library import Library, Weights
 
 PathLike = str | Path
