@@ -231,7 +231,7 @@ def test_unsupported_op_fails_naming_the_artifact(tmp_path):
     exported = tmp_path / "b8.pt2"
     save_programs({"main": torch.export.export(Noisy(), (torch.zeros(1, 8),))}, exported)
     out = tmp_path / "relax.json"
-    done = subprocess.run([sys.executable, str(REPO / "workflow_scripts/import_relax.py"),
+    done = subprocess.run([sys.executable, str(REPO / "workflow_scripts/relax.py"),
                            "--exported", str(exported), "--lstm", "none", "--out", str(out)],
                           capture_output=True, text=True)
     assert done.returncode == 1 and str(exported) in done.stderr, done.stderr

@@ -1,6 +1,6 @@
 """A length-aware bidirectional LSTM that torch.export keeps as one node.
 
-``torch.ops.kokoro_tvm.model.packed_lstm(x, lengths, w_ih, w_hh, b_ih, b_hh, w_ih_reverse,
+``torch.ops.kokoro_tvm.packed_lstm(x, lengths, w_ih, w_hh, b_ih, b_hh, w_ih_reverse,
 w_hh_reverse, b_ih_reverse, b_hh_reverse)`` takes ``x`` [B, T, I] (batch first, as Kokoro's
 LSTMs), ``lengths`` [B] int64 (1 <= length <= T) and one nn.LSTM layer's weights per direction
 (torch's layout and gate order i, f, g, o), and returns [B, T, 2H]: exactly nn.LSTM over
@@ -61,4 +61,4 @@ def lstm_weights(lstm: nn.LSTM) -> list[Tensor]:
 
 def run_lstm(lstm: nn.LSTM, x: Tensor, lengths: Tensor) -> Tensor:
     """``lstm`` over ``x`` [B, T, I] packed by ``lengths``, padded back to T with zeros."""
-    return torch.ops.kokoro_tvm.model.packed_lstm(x, lengths.to(torch.int64), *lstm_weights(lstm))
+    return torch.ops.kokoro_tvm.packed_lstm(x, lengths.to(torch.int64), *lstm_weights(lstm))
