@@ -1,6 +1,7 @@
 """Shared fixtures: the repository, a Snakemake runner in a scratch folder, the tiny config."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -13,6 +14,8 @@ REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "data" / "tiny.yaml"
 REAL_SMALL = REPO / "tests" / "data" / "real_small.yaml"
 BIN = Path(sys.executable).parent
+# Targets this machine builds but cannot run (tests/test_targets.py, tests/test_gpu.py).
+OTHER_TARGETS = ["cuda", "aarch64"]
 
 
 def run_snakemake(workdir: Path, *args: str, configfiles=(TINY,), check: bool = True,
@@ -82,3 +85,12 @@ def built(workflow, tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("built")
     run_snakemake(workdir, "all", snakefile=workflow / "Snakefile")
     return workdir
+
+
+@pytest.fixture(scope="session")
+def other_built(built, workflow) -> Path:
+    """The tiny config's cuda and aarch64 libraries beside its llvm ones (built with the same
+    workflow copy, so that the llvm build stays up to date for the staleness tests)."""
+    run_snakemake(built, "all", "--config", f"targets={json.dumps(OTHER_TARGETS)}",
+                  snakefile=workflow / "Snakefile")
+    return built

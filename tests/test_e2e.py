@@ -69,7 +69,7 @@ def test_either_bucket_gives_pytorchs_exact_length_result(real_built):
 
 
 def test_spectrogram_figure(real_built, tmp_path):
-    from kokoro_tvm.measure.report import spectrogram_comparison
+    from kokoro_tvm.measure.spectrogram import spectrogram_comparison
 
     out = tmp_path / "spectrogram.png"
     figures = spectrogram_comparison(real_built, "llvm", SENTENCES[0], "af_heart", out)

@@ -17,13 +17,12 @@ import subprocess
 import numpy as np
 import pytest
 import yaml
-from conftest import REPO, run_snakemake
+from conftest import OTHER_TARGETS, REPO, run_snakemake
 
 from kokoro_tvm.compile.devices import architecture, cannot_run_reason, lstm_methods_for
 from kokoro_tvm.compile.gpu import cuda_available
 from kokoro_tvm.config import ConfigError, validate_config
 
-OTHER = ["cuda", "aarch64"]
 COMPONENTS = ("bert", "duration", "text_encoder", "f0n", "decoder")
 
 
@@ -34,7 +33,7 @@ def _config(**changes):
 
 
 def test_other_targets_pass_the_schema():
-    validate_config(_config(targets=OTHER), REPO)
+    validate_config(_config(targets=OTHER_TARGETS), REPO)
 
 
 def test_cuda_target_naming_a_cpu_is_rejected():
@@ -67,7 +66,7 @@ def test_benchmarks_time_only_targets_this_machine_runs(tmp_path):
     cannot run is built by `all` but not benchmarked (no job that would fail for want of a
     device)."""
     done = run_snakemake(tmp_path, "-n", "bench_e2e", "bench_components", "bench_lstm",
-                         "--config", f"targets={json.dumps(['llvm', *OTHER])}")
+                         "--config", f"targets={json.dumps(['llvm', *OTHER_TARGETS])}")
     text = done.stdout + done.stderr
     assert "results/bench/e2e/llvm.json" in text
     assert "results/bench/components/llvm.json" in text
@@ -77,14 +76,7 @@ def test_benchmarks_time_only_targets_this_machine_runs(tmp_path):
     assert "results/bench/lstm/aarch64.json" not in text
 
 
-@pytest.fixture(scope="module")
-def other_built(built):
-    """The tiny config's cuda and aarch64 libraries, next to its llvm ones."""
-    run_snakemake(built, "all", "--config", f"targets={json.dumps(OTHER)}")
-    return built
-
-
-@pytest.mark.parametrize("target", OTHER)
+@pytest.mark.parametrize("target", OTHER_TARGETS)
 def test_every_component_builds_and_validation_is_skipped(other_built, target):
     manifest = json.loads((other_built / f"results/manifest/{target}.json").read_text())
     assert {e["component"] for e in manifest["libraries"]} == set(COMPONENTS)

@@ -16,7 +16,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="results/report/spectrogram/{target}.png")
     args = parser.parse_args()
-    from kokoro_tvm.measure.report import spectrogram_comparison
+    from kokoro_tvm.measure.spectrogram import spectrogram_comparison
 
     figures = spectrogram_comparison(args.root, args.target, args.sentence, args.voice, args.out,
                                      args.seed)

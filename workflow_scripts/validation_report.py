@@ -14,7 +14,7 @@ def main() -> None:
                         help="results/validate/{target}/.../b{bucket}.json")
     parser.add_argument("--out", required=True, help="results/report/validation/{target}.html")
     args = parser.parse_args()
-    from kokoro_tvm.measure.report import validation_table
+    from kokoro_tvm.measure.validation_report import validation_table
 
     print(json.dumps(validation_table(args.validations, args.target, args.out)))
 
