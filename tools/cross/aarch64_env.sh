@@ -12,8 +12,12 @@ dest="${1:-${KOKORO_TVM_AARCH64_ENV:-$HOME/.cache/kokoro-tvm/aarch64}}"
 pip="${PIP:-$repo/.venv/bin/pip}"
 python_host="${PYTHON:-$repo/.venv/bin/python}"
 
-if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
-    apt-get update -q && apt-get install -y -q --no-install-recommends gcc-aarch64-linux-gnu qemu-user
+# libc6-dev-arm64-cross: the C runtime objects (crti.o) the linker needs for shared libraries;
+# only a recommendation of gcc-aarch64-linux-gnu, so --no-install-recommends leaves it out.
+if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null \
+        || [ ! -f /usr/aarch64-linux-gnu/lib/crti.o ]; then
+    apt-get update -q && apt-get install -y -q --no-install-recommends gcc-aarch64-linux-gnu \
+        libc6-dev-arm64-cross qemu-user
 fi
 if [ -x "$dest/python" ] && [ -f "$dest/.complete" ]; then
     echo "$dest"; exit 0
