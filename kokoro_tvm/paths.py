@@ -1,4 +1,5 @@
-"""The artifact layout (docs/architecture.md, Artifacts): every path the pipeline, runtime and tests use.
+"""The artifact layout (docs/architecture.md, Artifacts): every path the pipeline, runtime and
+tests use.
 
 Each pattern is a ``str.format`` template whose fields are the artifact's dimensions; Snakemake
 rules use the same strings as wildcard patterns. No other module composes an artifact path.

@@ -28,8 +28,8 @@ SENTENCES = [
 # pocketsphinx hears the PyTorch reference imperfectly too; the TVM runtime may be worse by at
 # most this much: five points of word error rate.
 WER_MARGIN = 0.05
-# The decoder waveform against PyTorch at exact length given the same noise draws. docs/decisions.md, Fidelity:
-# float32 rounding through the iSTFT generator gives 39-44 dB; the bar is 30 dB.
+# The decoder waveform against PyTorch at exact length given the same noise draws
+# (docs/decisions.md, Fidelity): float32 rounding through the iSTFT generator gives 39-44 dB; the bar is 30 dB.
 MIN_SNR_DB = 30.0
 
 

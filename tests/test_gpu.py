@@ -87,7 +87,8 @@ def test_kernels_compile_with_nvcc():
 
 
 def _relax_modules(root: Path) -> list[tvm.IRModule]:
-    return [tvm.ir.load_json(p.read_text()) for p in sorted((root / "results/relax").rglob("*.json"))]
+    return [tvm.ir.load_json(p.read_text())
+            for p in sorted((root / "results/relax").rglob("*.json"))]
 
 
 def test_op_probes_cover_every_op_kind_and_build_for_cuda(built):

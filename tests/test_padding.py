@@ -1,4 +1,4 @@
-"""The decoder is padding-invariant in PyTorch (docs/decisions.md, Fidelity, length-exact fidelity).
+"""The decoder is padding-invariant in PyTorch (docs/decisions.md, Fidelity).
 
 An utterance of L frames padded to a bucket B > L, with its frame mask, must give the audio of
 unpatched Kokoro run at exactly L frames on the same noise draws (trimmed to 600 samples per
@@ -87,4 +87,5 @@ def test_decoder_is_length_exact_real(real_assets):
                          paths.artifact(paths.ASSET_WEIGHTS, real_assets),
                          disable_complex=True).eval()
     masked, _ = bucketed_vs_exact(kmodel, 64, 37, unmasked=False)  # the tiny tests show teeth
-    assert masked >= 30, masked  # docs/decisions.md, Fidelity: rounding alone allows 30-40 dB; measured 108
+    # docs/decisions.md, Fidelity: rounding alone allows 30-40 dB; measured 108.
+    assert masked >= 30, masked

@@ -2,7 +2,8 @@
 
 A copy of the workflow (Snakefile, rules, scripts, package sources) lives in a scratch folder so
 that tests can touch its code files without touching the repository; a completed tiny build
-lives in another, and every staleness claim of docs/architecture.md, Staleness is checked by a dry run.
+lives in another, and every staleness claim (docs/architecture.md, Staleness) is checked by a
+dry run.
 """
 from __future__ import annotations
 

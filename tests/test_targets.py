@@ -7,7 +7,8 @@
   manifest lists those libraries as unvalidated and the runtime refuses them.
 - The aarch64 libraries are real aarch64 shared objects, and bert's runs under qemu-user (Debian's
   arm64 Python with a runtime-only TVM, tools/cross/aarch64_env.sh) and matches PyTorch on this
-  machine within the llvm tolerance (kokoro_tvm.measure.validate.TIGHT_RELATIVE, relative max abs error).
+  machine within the llvm tolerance (measure/validate.py TIGHT_RELATIVE, relative max abs
+  error).
 """
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ def cuda_available() -> bool:
 def nvcc_compile() -> Iterator[None]:
     """TVM compiles CUDA kernels with nvcc (fatbin) instead of NVRTC, which needs the
     cuda-bindings package, and without --use_fast_math, whose approximate division, exp and
-    log TVM would otherwise apply (kokoro_tvm/runtime/cuda.py compiles kernels at load the same way)."""
+    log TVM would otherwise apply (kokoro_tvm/runtime/cuda.py compiles at load the same way)."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise FileNotFoundError("building a cuda target needs nvcc (the CUDA toolkit) on PATH")

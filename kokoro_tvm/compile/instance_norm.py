@@ -1,6 +1,6 @@
 """The masked InstanceNorm of Kokoro's AdaIN layers as one TIR function.
 
-``torch.ops.kokoro_tvm.masked_instance_norm(x, valid, eps)`` (kokoro_tvm/model/masked_norm.py) reaches
+``torch.ops.kokoro_tvm.masked_instance_norm(x, valid, eps)`` (model/masked_norm.py) reaches
 the importer as one node; this converter emits it as a single TE function instead of TVM's
 eight Relax ops. Those ops became four kernels per AdaIN (mask, mean and subtract, square,
 variance and normalise), each a pass over the whole tensor: at 256 frames the generator's last

@@ -18,7 +18,7 @@ Weight transforms: whatever a function computes from weights alone (transposes, 
 the matmul weight panels of our legalization) is lifted into a companion function
 ``{name}_transform_params`` right after legalization (TVM's LiftTransformParams, after
 common-subexpression elimination so that ALBERT's twelve uses of one shared layer prepare its
-weights once). The runtime calls it once per library (``kokoro_tvm.runtime.library``). Left in place,
+weights once). The runtime calls it once per library (``runtime/library.py``). Left in place,
 bert transposed its Linear weights on every call: 80% of its time at 32 tokens.
 
 Schedules: TVM 0.27 applies none on CPU (every conv and matmul a naive loop). Our own

@@ -199,7 +199,7 @@ def _chained(kmodel, component: Component, env: dict[str, np.ndarray],
 def _length_exact(kmodel, component: Component, env: dict[str, np.ndarray],
                   inputs: dict[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
     """The library's valid outputs on the padded inputs against unpatched Kokoro run on the
-    utterance without padding (docs/decisions.md, Fidelity, length-exact fidelity); same bars: tight,
+    utterance without padding (docs/decisions.md, Fidelity); same bars: tight,
     or spectral for ``spectral_outputs`` (the decoder's waveform, its functions chained)."""
     length = valid_length(component.name, inputs)
     exact = run_exact_length(kmodel, component.name, inputs)

@@ -1,4 +1,5 @@
-"""Kokoro split into the five compiled components (docs/architecture.md, Components), and their export.
+"""Kokoro split into the five compiled components (docs/architecture.md, Components), and
+their export.
 
 Each component is data: which KModel modules it runs (a wrapper nn.Module), which patches of
 Kokoro it needs to export and import, how to make realistic inputs at a bucket, and the names of
