@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from transcribe import transcribe, word_error_rate
 
-from kokoro_tvm.measure.validate import snr_db
+from kokoro_tvm.measure.metrics import snr_db
 from kokoro_tvm.model.reference import TorchEngine, kokoro_noise
 from kokoro_tvm.runtime.engine import TvmEngine
 from kokoro_tvm.runtime.g2p import phonemizer, token_ids

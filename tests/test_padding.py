@@ -16,7 +16,7 @@ import yaml
 
 from kokoro_tvm import paths
 from kokoro_tvm.assets.model_config import kokoro_config
-from kokoro_tvm.measure.validate import snr_db
+from kokoro_tvm.measure.metrics import snr_db
 from kokoro_tvm.model.components import (
     COMPONENTS,
     crop,

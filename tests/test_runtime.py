@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kokoro_tvm import paths
-from kokoro_tvm.measure.validate import snr_db
+from kokoro_tvm.measure.metrics import snr_db
 from kokoro_tvm.model.reference import TorchEngine, kokoro_noise
 from kokoro_tvm.runtime.engine import RuntimeLibraryError, TvmEngine
 from kokoro_tvm.runtime.library import Library, Weights

@@ -112,7 +112,7 @@ def aarch64_python():
 def test_aarch64_bert_runs_under_emulation_and_matches_pytorch(other_built, aarch64_python,
                                                                tmp_path):
     from kokoro_tvm import paths
-    from kokoro_tvm.measure.validate import TIGHT_RELATIVE, tight_metrics
+    from kokoro_tvm.measure.metrics import TIGHT_RELATIVE, tight_metrics
     from kokoro_tvm.model.components import COMPONENTS as SPECS
     from kokoro_tvm.model.components import run_reference
     from kokoro_tvm.model.kmodel import load_kmodel

@@ -304,7 +304,7 @@ def main() -> None:
     import torch
     import tvm
 
-    from kokoro_tvm.measure.validate import TIGHT_RELATIVE
+    from kokoro_tvm.measure.metrics import TIGHT_RELATIVE
 
     # PyTorch's reference in full float32: TF32 convolutions and matmuls are off by ~1e-3.
     torch.backends.cudnn.allow_tf32 = False
