@@ -15,12 +15,26 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
 from kokoro_tvm.runtime.cuda import device
 from kokoro_tvm.runtime.library import Library, Weights
+
+
+def median_ms(call: Callable[[], object], sync: Callable[[], object], repeat: int) -> float:
+    """Median wall milliseconds of ``call`` over ``repeat`` calls after one warm-up, each
+    followed by ``sync`` (the device's, so that asynchronous GPU work is counted)."""
+    call()
+    sync()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        call()
+        sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    return float(np.median(times))
 
 
 class BareLibrary(Library):
@@ -33,16 +47,7 @@ class BareLibrary(Library):
     def time_ms(self, function: str, inputs: Mapping[str, np.ndarray], repeat: int = 10
                 ) -> float:
         """Median wall milliseconds of one call (after one warm-up), synchronised."""
-        call = self.bind(function, inputs)
-        call()
-        self.device.sync()
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            call()
-            self.device.sync()
-            times.append((time.perf_counter() - start) * 1e3)
-        return float(np.median(times))
+        return median_ms(self.bind(function, inputs), self.device.sync, repeat)
 
 
 def main() -> None:

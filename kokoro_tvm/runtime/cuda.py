@@ -44,8 +44,8 @@ def compile_fatbin(code: str, arch: str) -> bytes:
                                         None)
     if nvcc is None:
         raise CudaError("compiling the CUDA kernels of a cuda library needs nvcc (the CUDA "
-                        "toolkit) on PATH, or a model folder whose kernels/ holds them "
-                        "compiled (README: GPU)")
+                        "toolkit) on PATH, or a kernels folder holding them compiled (as the "
+                        "GPU check's bundle does; README: GPU)")
     with tempfile.TemporaryDirectory() as tmp:
         source, out = Path(tmp) / "kernels.cu", Path(tmp) / "kernels.fatbin"
         source.write_text(code)

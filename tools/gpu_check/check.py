@@ -19,7 +19,6 @@ import argparse
 import ctypes
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -76,18 +75,6 @@ def synthetic_kmodel(bundle: Path, document: dict, device: str):
     return kmodel.to(device), weights
 
 
-def _median_ms(call, sync, repeat: int) -> float:
-    call()
-    sync()
-    samples = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        call()
-        sync()
-        samples.append((time.perf_counter() - started) * 1e3)
-    return statistics.median(samples)
-
-
 def check_library(kmodel, case: dict, bundle: Path, params: Path, weights: dict, seed: int,
                   device: str, repeat: int) -> dict:
     """Validation (the validate stage's metrics and bars) and timings of one library."""
@@ -96,7 +83,7 @@ def check_library(kmodel, case: dict, bundle: Path, params: Path, weights: dict,
     from kokoro_tvm.measure.bench_components import flops
     from kokoro_tvm.measure.validate import validate_component
     from kokoro_tvm.model.components import COMPONENTS, run_reference
-    from kokoro_tvm.runtime.bare import BareLibrary
+    from kokoro_tvm.runtime.bare import BareLibrary, median_ms
 
     name, bucket = case["component"], case["bucket"]
     so = bundle / "libs" / f"{case['stem']}.so"
@@ -108,7 +95,7 @@ def check_library(kmodel, case: dict, bundle: Path, params: Path, weights: dict,
     tvm_ms = sum(library.time_ms(fn.name, {i: reference[i] for i in fn.inputs}, repeat)
                  for fn in component.functions)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    torch_ms = _median_ms(lambda: run_reference(kmodel, name, inputs), sync, repeat)
+    torch_ms = median_ms(lambda: run_reference(kmodel, name, inputs), sync, repeat)
     gflop = flops(lambda: run_reference(kmodel, name, inputs)) / 1e9
     worst = max((m["value"] for k, m in report["metrics"].items()
                  if k.endswith("relative_error") and m["tolerance"] is not None), default=0.0)
@@ -119,25 +106,31 @@ def check_library(kmodel, case: dict, bundle: Path, params: Path, weights: dict,
             "torch_gflops": round(gflop / torch_ms * 1e3, 1), "kernels": case["kernels"]}
 
 
-def write_model_root(root: Path, bundle: Path, document: dict, weights: dict,
-                     passed: dict[str, bool]) -> None:
-    """A results/ tree the runtime's engine reads: the params and a manifest of the bundle's
-    libraries (each marked validated as part 1 found it)."""
+def write_params(root: Path, weights: dict) -> None:
+    """The synthetic weights as the params files of a results/ tree."""
     import numpy as np
 
     from kokoro_tvm import paths
-    from kokoro_tvm.atomic import sha256_file
 
     for name, arrays in weights.items():
         params = paths.artifact(paths.PARAMS, root, component=name)
         params.parent.mkdir(parents=True, exist_ok=True)
         np.savez(params, **arrays)
+
+
+def write_manifest(root: Path, bundle: Path, document: dict, passed: dict[str, bool]) -> None:
+    """The manifest the runtime's engine reads: the bundle's libraries, each marked validated
+    as part 1 found it, beside the params of ``write_params``."""
+    from kokoro_tvm import paths
+    from kokoro_tvm.atomic import sha256_file
+
+    params_sha256 = {name: sha256_file(paths.artifact(paths.PARAMS, root, component=name))
+                     for name in document["weights"]}
     device = "cuda" if document["target"] == "cuda" else "cpu"
     entries = [{"component": c["component"], "lstm": c["lstm"], "bucket": c["bucket"],
                 "library": str(bundle.resolve() / "libs" / f"{c['stem']}.so"),
                 "library_sha256": c["library_sha256"], "device": device,
-                "params_sha256": sha256_file(paths.artifact(paths.PARAMS, root,
-                                                            component=c["component"])),
+                "params_sha256": params_sha256[c["component"]],
                 "passed": passed[c["stem"]]} for c in document["cases"]]
     manifest = paths.artifact(paths.MANIFEST, root, target=document["target"])
     manifest.parent.mkdir(parents=True, exist_ok=True)
@@ -152,6 +145,7 @@ def end_to_end(kmodel, root: Path, bundle: Path, document: dict, device: str,
     import torch
 
     from kokoro_tvm.facts import SAMPLE_RATE
+    from kokoro_tvm.runtime.bare import median_ms
     from kokoro_tvm.runtime.engine import TvmEngine
 
     engine = TvmEngine(root, target=document["target"], kernels=[bundle / "kernels"])
@@ -176,9 +170,9 @@ def end_to_end(kmodel, root: Path, bundle: Path, document: dict, device: str,
             with torch.no_grad():
                 return kmodel.forward_with_tokens(tokens, style, speed)
 
-        tvm_ms = _median_ms(lambda: engine.synthesize(ids, ref_s, speed, 0), lambda: None,
+        tvm_ms = median_ms(lambda: engine.synthesize(ids, ref_s, speed, 0), lambda: None,
                             repeat)
-        torch_ms = _median_ms(run_torch, sync, repeat)
+        torch_ms = median_ms(run_torch, sync, repeat)
         audio, frames = engine.synthesize_with_durations(ids, ref_s, speed, 0)
         torch_frames = run_torch()[1].cpu().numpy()
         seconds = len(audio) / SAMPLE_RATE
@@ -210,7 +204,7 @@ def _probe_inputs(signature: list[dict], scale: float, seed: int) -> list:
 
 
 def _probe_error(out, ref) -> float:
-    """Relative error over the finite values; inf where NaN/inf positions or shapes differ."""
+    """Relative error over the finite values; inf where shapes, NaNs or infinities differ."""
     import numpy as np
 
     if out.shape != ref.shape:
@@ -218,9 +212,9 @@ def _probe_error(out, ref) -> float:
     if out.dtype.kind not in "fc":
         return 0.0 if np.array_equal(out, ref) else float("inf")
     finite = np.isfinite(ref)
-    if not np.array_equal(finite, np.isfinite(out)) or not np.array_equal(
-            np.isnan(ref), np.isnan(out)) or not np.array_equal(out[~finite & ~np.isnan(ref)],
-                                                                ref[~finite & ~np.isnan(ref)]):
+    # NaNs at the same places, infinities the same (equal_nan compares the non-finite part).
+    if not np.array_equal(out[~finite], ref[~finite], equal_nan=True) or not np.isfinite(
+            out[finite]).all():
         return float("inf")
     if not finite.any():
         return 0.0
@@ -264,8 +258,7 @@ def check_model(kmodel, weights: dict, args, document: dict, device: str, torch_
     from kokoro_tvm import paths
 
     root = Path(tempfile.mkdtemp(prefix="gpu_check_"))
-    write_model_root(root, args.bundle, document, weights,
-                     {c["stem"]: True for c in document["cases"]})
+    write_params(root, weights)
     for case in document["cases"]:
         params = paths.artifact(paths.PARAMS, root, component=case["component"])
         try:
@@ -281,8 +274,8 @@ def check_model(kmodel, weights: dict, args, document: dict, device: str, torch_
                  f"{row['gflop']:.2f} GFLOP: TVM {row['tvm_gflops']} / PyTorch "
                  f"{row['torch_gflops']} GFLOP/s  kernels {row['kernels']}"
                  if "exception" not in row else row["exception"]), flush=True)
-    write_model_root(root, args.bundle, document, weights,
-                     {r["case"]: r["passed"] for r in summary["libraries"]})
+    write_manifest(root, args.bundle, document,
+                   {r["case"]: r["passed"] for r in summary["libraries"]})
     try:
         summary["end_to_end"] = end_to_end(kmodel, root, args.bundle, document, torch_device,
                                            max(3, args.repeat // 3))

@@ -83,17 +83,15 @@ def weight_spec(params_npz: Path) -> dict[str, dict]:
     return spec
 
 
-def compile_kernels(lowered: Path, library: Path, target: str, arch: str, kernels: Path) -> int:
-    """The kernels of ``library`` (rebuilt from its lowered module: the same source, checked)
-    compiled into ``kernels``; returns how many kernel functions they hold."""
-    import tvm
-
-    binary = library.read_bytes()
-    sources = gpu.cuda_sources(tvm.ir.load_json(lowered.read_text()), tvm.target.Target(target))
+def write_kernels(lowered, target, kernels: Path, library: Path | None = None) -> int:
+    """The CUDA kernels of a lowered module compiled by nvcc into ``kernels`` (checked against
+    the source ``library`` carries, when given); returns how many kernel functions they hold."""
+    sources = gpu.cuda_sources(lowered, target)
+    binary = library.read_bytes() if library is not None else None
     for code in sources:
-        if code.encode() not in binary:
+        if binary is not None and code.encode() not in binary:
             raise SystemExit(f"{library}: its lowered module gives other CUDA source; rebuild it")
-        (kernels / kernel_file(code)).write_bytes(compile_fatbin(code, arch))
+        (kernels / kernel_file(code)).write_bytes(compile_fatbin(code, target.arch))
     return sum(code.count("__global__") for code in sources)
 
 
@@ -120,9 +118,7 @@ def build_probes(root: Path, chosen: list[dict], target_string: str, out: Path
         lowered = lower(mod, target)
         build_library(lowered, target, out / "probes" / f"{name}.so")
         if name == "device" and target.kind.name == "cuda":
-            for code in gpu.cuda_sources(lowered, target):
-                (out / "kernels" / kernel_file(code)).write_bytes(
-                    compile_fatbin(code, target.arch))
+            write_kernels(lowered, target, out / "kernels")
     return probes.signatures(mod)
 
 
@@ -188,13 +184,14 @@ def sentences(config: dict, chosen: list[dict]) -> list[dict]:
 def prepare(root: Path, out: Path, target: str = "cuda", seed: int = 0,
             other_pythons=OTHER_PYTHONS) -> int:
     """Writes the bundle to ``out``; returns its size in bytes."""
+    import tvm
+
     staging = out.with_name(out.name + ".partial")
     if staging.exists():
         shutil.rmtree(staging)
     (staging / "libs").mkdir(parents=True)
     (staging / "kernels").mkdir()
     chosen = chosen_libraries(root, target)
-    arch = chosen[0]["architecture"].removeprefix("cuda:")  # sm_90 (cuda only)
     cases = []
     for entry in chosen:
         name, bucket, lstm = entry["component"], entry["bucket"], entry["lstm"]
@@ -203,8 +200,9 @@ def prepare(root: Path, out: Path, target: str = "cuda", seed: int = 0,
         shutil.copy(library, staging / "libs" / f"{stem}.so")
         lowered = root / paths.LOWERED.format(target=target, component=name, lstm=lstm,
                                               bucket=bucket)
-        count = (compile_kernels(lowered, library, entry["target_string"], arch,
-                                 staging / "kernels") if entry["device"] == "cuda" else 0)
+        count = (write_kernels(tvm.ir.load_json(lowered.read_text()),
+                               tvm.target.Target(entry["target_string"]), staging / "kernels",
+                               library) if entry["device"] == "cuda" else 0)
         cases.append({"component": name, "bucket": bucket, "lstm": lstm, "stem": stem,
                       "library_sha256": entry["library_sha256"], "kernels": count})
         print(f"{stem}: {count} kernels", flush=True)
