@@ -15,6 +15,7 @@ include: "rules/lower.smk"
 include: "rules/build.smk"
 include: "rules/validate.smk"
 include: "rules/manifest.smk"
+include: "rules/dist.smk"
 include: "rules/bench.smk"
 include: "rules/report.smk"
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
-def _umask() -> int:
+def umask() -> int:
+    """The process's umask (read without changing it)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -34,7 +35,7 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tmp)
     try:
         yield tmp
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give artifacts the usual mode
+        os.chmod(tmp, 0o666 & ~umask())  # mkstemp makes 0600; give artifacts the usual mode
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)

@@ -1,4 +1,8 @@
-"""The kokoro-tvm command line: `kokoro-tvm say "text" -o out.wav`."""
+"""The kokoro-tvm command line: `kokoro-tvm say "text" -o out.wav`, `kokoro-tvm voices`.
+
+A thin layer over the API (runtime/kokoro.py): every argument is checked before the model
+loads, and a failed run leaves an existing output file as it was.
+"""
 from __future__ import annotations
 
 import argparse
@@ -8,25 +12,32 @@ from pathlib import Path
 
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.runtime import g2p
+from kokoro_tvm.runtime.model_folder import DEFAULT_MODEL
 
 ENGINES = ("tvm", "torch")
 
 
-def _engine(args: argparse.Namespace):
-    if args.engine == "torch":
-        from kokoro_tvm.model.reference import TorchEngine
-
-        return TorchEngine(args.root)
-    from kokoro_tvm.runtime.engine import TvmEngine
-
-    return TvmEngine(args.root, target=args.target, lstm=args.lstm)
-
-
 def _read_text(path: str) -> str:
     try:
+        if path == "-":
+            return sys.stdin.read()
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"cannot read the text file {path}: {err}") from err
+        where = "standard input" if path == "-" else f"the text file {path}"
+        raise UserError(f"cannot read {where}: {err}") from err
+
+
+def _engine(args: argparse.Namespace, folder):
+    """None for the compiled libraries (Kokoro loads them), or the PyTorch reference on the
+    folder's weights."""
+    if args.engine == "tvm":
+        return None
+    try:
+        from kokoro_tvm.model.reference import TorchEngine
+    except ImportError as err:
+        raise UserError(f"--engine torch needs PyTorch and kokoro ({err.name} is missing): "
+                        "pip install 'kokoro-tvm[build]'") from err
+    return TorchEngine.of_model_folder(folder)
 
 
 class ProgressBar:
@@ -60,89 +71,127 @@ def _progress_bar(args: argparse.Namespace) -> ProgressBar | None:
     return ProgressBar(sys.stderr) if wanted else None
 
 
+def _text(args: argparse.Namespace) -> str:
+    if args.file is not None:
+        if args.text is not None:
+            raise UserError("give the text or --file, not both")
+        return _read_text(args.file)
+    if args.text is None:
+        raise UserError("no text: give it as an argument, - to read standard input, or --file PATH")
+    return _read_text("-") if args.text == "-" else args.text
+
+
 def say(args: argparse.Namespace) -> int:
     import numpy as np
 
     from kokoro_tvm.facts import SAMPLE_RATE
-    from kokoro_tvm.runtime.speech import SpeechError, speak_chunks, write_wav
-    from kokoro_tvm.runtime.voices import load_voice
+    from kokoro_tvm.runtime.audio_file import check_output, write_audio
+    from kokoro_tvm.runtime.kokoro import Kokoro, check_request
+    from kokoro_tvm.runtime.model_folder import ModelFolder
 
-    if args.file is not None:
-        if args.text is not None:
-            raise UserError("give the text or --file, not both")
-        args.text = _read_text(args.file)
-    elif args.text is None:
-        raise UserError("no text: give it as an argument or with --file PATH")
-    if args.output == "-" and not args.stream:
-        raise UserError("-o - writes raw PCM as chunks finish: add --stream")
-    if not args.text.strip():  # fail before the engine spends seconds loading
-        raise SpeechError("the text is empty: give some words to speak")
-    load_voice(args.voice, args.root)
+    # Everything that can be wrong is found here, before seconds of loading and synthesis.
+    text = _text(args)
+    if args.output == "-":
+        if not args.stream:
+            raise UserError("-o - writes raw PCM as chunks finish: add --stream")
+    else:
+        check_output(args.output)
+    folder = ModelFolder(args.model)
+    check_request(folder, text, args.voice, args.speed, args.lang)
     started = time.perf_counter()
-    engine = _engine(args)
+    tts = Kokoro(folder, engine=_engine(args, folder), lstm=args.lstm)
     loaded = time.perf_counter()
     chunks, first_audio = [], None
     bar = _progress_bar(args)
-    for chunk in speak_chunks(engine, args.text, args.voice, lang=args.lang, speed=args.speed,
-                              seed=args.seed, root=args.root, per_sentence=args.stream,
-                              progress=bar):
+    for chunk in tts.stream(text, args.voice, args.speed, args.lang, seed=args.seed,
+                            per_sentence=args.stream, progress=bar):
         first_audio = first_audio or time.perf_counter() - loaded
-        chunks.append(chunk)
+        chunks.append(chunk.samples)
         if args.stream and args.output == "-":  # raw 16-bit 24 kHz mono, as each chunk is ready
-            pcm = np.clip(chunk * 32767, -32768, 32767).astype("<i2")
+            pcm = np.clip(chunk.samples * 32767, -32768, 32767).astype("<i2")
             sys.stdout.buffer.write(pcm.tobytes())
             sys.stdout.buffer.flush()
         if args.stream or args.verbose:
-            print(f"  chunk {len(chunks)}: {len(chunk) / SAMPLE_RATE:.2f} s of audio at "
-                  f"{time.perf_counter() - loaded:.2f} s", file=sys.stderr)
+            print(f"  chunk {len(chunks)} at {chunk.start_seconds:.2f} s of audio, "
+                  f"{len(chunk.samples) / SAMPLE_RATE:.2f} s long, ready after "
+                  f"{time.perf_counter() - loaded:.2f} s: {chunk.text[:50]!r}", file=sys.stderr)
     if bar is not None:
         bar.close()
     audio = np.concatenate(chunks)
     if args.output != "-":
-        write_wav(args.output, audio)
+        write_audio(args.output, audio)
     seconds, spent = len(audio) / SAMPLE_RATE, time.perf_counter() - loaded
     print(f"{args.output}: {seconds:.2f} s of audio in {spent:.2f} s (real-time factor "
           f"{spent / seconds:.3f}, {args.engine})", file=sys.stderr)
     if args.verbose:
         print(f"  load {loaded - started:.2f} s, first audio after {first_audio:.2f} s",
               file=sys.stderr)
-        for stage, stage_seconds in getattr(engine, "timings", {}).items():
+        for stage, stage_seconds in getattr(tts.engine, "timings", {}).items():
             print(f"  {stage} {stage_seconds:.2f} s", file=sys.stderr)
     return 0
 
 
+def voices(args: argparse.Namespace) -> int:
+    from kokoro_tvm.runtime.model_folder import ModelFolder
+
+    for name in ModelFolder(args.model).voices:
+        try:
+            lang = g2p.language_of_voice(name)
+        except g2p.G2PError:
+            lang = "(no G2P here: give --lang)"
+        print(f"{name}\t{lang}")
+    return 0
+
+
+def _model_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="a model folder: results/dist/TARGET of a build, or a copy of it "
+                        "anywhere (default: %(default)s)")
+
+
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="kokoro-tvm", description=__doc__)
+    top = argparse.ArgumentParser(prog="kokoro-tvm", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = top.add_subparsers(dest="command", required=True)
-    p = commands.add_parser("say", help="synthesize text to a wav file")
-    p.add_argument("text", nargs="?", help="the text to speak (or --file)")
+    p = commands.add_parser("say", help="synthesize text to an audio file")
+    p.add_argument("text", nargs="?", help="the text to speak; - reads standard input (or --file)")
     p.add_argument("--file", help="read the text from this UTF-8 file (any length)")
     p.add_argument("-o", "--output", required=True,
-                   help="wav file to write (24 kHz, 16-bit); with --stream, - writes raw PCM "
-                        "to stdout as each chunk finishes")
+                   help="audio file to write: .wav, .flac, .ogg (.mp3 where libsndfile has it); "
+                        "24 kHz mono; with --stream, - writes raw 16-bit PCM to stdout as each "
+                        "chunk finishes")
+    _model_argument(p)
     p.add_argument("--voice", default="af_heart",
-                   help="a voice name or a blend like af_heart:0.7,am_adam:0.3")
-    p.add_argument("--lang", default="en-us", choices=g2p.LANGUAGES)
-    p.add_argument("--speed", type=float, default=1.0)
+                   help="a voice name or a blend like af_heart:0.7,am_adam:0.3 (kokoro-tvm voices)")
+    p.add_argument("--lang", default=None, choices=g2p.LANGUAGES,
+                   help="the G2P's language (default: the voice's, from its first letter)")
+    p.add_argument("--speed", type=float, default=1.0, help="0.5 to 2 (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seeds SineGen's noise (repeatable audio)")
     p.add_argument("--engine", default="tvm", choices=ENGINES,
-                   help="tvm: the compiled libraries (default); torch: the PyTorch reference")
-    p.add_argument("--target", default="llvm", help="which target's libraries (tvm engine)")
+                   help="tvm: the compiled libraries (default); torch: the PyTorch reference on "
+                        "the same weights (needs kokoro-tvm[build])")
     p.add_argument("--lstm", default=None,
-                   help="LSTM lowering to use when several are built (tvm engine)")
-    p.add_argument("--stream", action="store_true", help="emit and report chunks as they finish")
+                   help="LSTM lowering to use when the folder has several (tvm engine)")
+    p.add_argument("--stream", action="store_true",
+                   help="one chunk per sentence, reported (and with -o -, written) as it finishes")
     p.add_argument("--verbose", action="store_true",
                    help="print first-audio latency and per-stage times")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a progress bar over the text's pieces (default: on a terminal, "
                         "unless --stream or --verbose print per-chunk lines)")
-    p.add_argument("--root", default=".", help="folder holding results/ (the built assets)")
     p.set_defaults(run=say)
+    v = commands.add_parser("voices", help="list the voices of a model folder and their languages")
+    _model_argument(v)
+    v.set_defaults(run=voices)
     return top
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "say" and args.engine == "tvm":
+        from kokoro_tvm.runtime.process import speak_only
+
+        speak_only()
     try:
         return args.run(args)
     except UserError as err:

@@ -10,12 +10,23 @@ from pathlib import Path
 
 RESULTS = "results"
 
-ASSET_WEIGHTS = f"{RESULTS}/assets/kokoro-82m.pth"
-ASSET_CONFIG = f"{RESULTS}/assets/config.json"
-ASSET_PROVENANCE = f"{RESULTS}/assets/provenance.json"
-ASSET_ONNX = f"{RESULTS}/assets/kokoro-v1.0.int8.onnx"
-ASSET_VOICE_DIR = f"{RESULTS}/assets/voices"
-ASSET_VOICE = f"{ASSET_VOICE_DIR}/{{voice}}.npy"
+# A model folder (results/dist/{target}, copied anywhere): what the runtime reads, relative to
+# the folder. results/assets keeps the model config and voices under the same names, so the
+# voice and vocabulary loaders read either folder.
+MODEL_MANIFEST = "manifest.json"
+MODEL_CONFIG = "config.json"
+MODEL_VOICE_DIR = "voices"
+MODEL_VOICE = f"{MODEL_VOICE_DIR}/{{voice}}.npy"
+MODEL_PARAMS = "params/{component}.npz"
+MODEL_LIBRARY = "lib/{component}/{lstm}/b{bucket}.so"
+
+ASSETS = f"{RESULTS}/assets"
+ASSET_WEIGHTS = f"{ASSETS}/kokoro-82m.pth"
+ASSET_CONFIG = f"{ASSETS}/{MODEL_CONFIG}"
+ASSET_PROVENANCE = f"{ASSETS}/provenance.json"
+ASSET_ONNX = f"{ASSETS}/kokoro-v1.0.int8.onnx"
+ASSET_VOICE_DIR = f"{ASSETS}/{MODEL_VOICE_DIR}"
+ASSET_VOICE = f"{ASSETS}/{MODEL_VOICE}"
 ASSET_VOICES_PROVENANCE = f"{ASSET_VOICE_DIR}/provenance.json"
 
 EXPORT = f"{RESULTS}/export/{{component}}/b{{bucket}}.pt2"
@@ -27,6 +38,7 @@ LIBRARY = f"{RESULTS}/lib/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.so"
 LIBRARY_META = f"{RESULTS}/lib/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.meta.json"
 VALIDATION = f"{RESULTS}/validate/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.json"
 MANIFEST = f"{RESULTS}/manifest/{{target}}.json"
+DIST = f"{RESULTS}/dist/{{target}}"
 BENCH_LSTM = f"{RESULTS}/bench/lstm/{{target}}.json"
 BENCH_LSTM_PLOT = f"{RESULTS}/bench/lstm/{{target}}.png"
 BENCH_COMPONENTS = f"{RESULTS}/bench/components/{{target}}.json"

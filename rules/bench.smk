@@ -55,7 +55,7 @@ rule bench_components_target:
 
 rule bench_e2e_target:
     input:
-        manifest=rules.manifest.output.manifest,
+        model=rules.dist.output.folder,
         checkpoint=rules.weights.output.checkpoint,
         config=rules.weights.output.config,
         onnx=paths.ASSET_ONNX,
@@ -67,6 +67,7 @@ rule bench_e2e_target:
         plot=report(paths.BENCH_E2E_PLOT, category="Benchmarks", labels={"figure": "end to end", "target": "{target}"}),
     params:
         voice=setting("report.voice"),
+        runtime_python=cli_args(runtime_python=setting("report.runtime_python")),
         versions=versions("apache-tvm", "torch", "onnxruntime"),
     threads: target_threads
     log:
@@ -77,4 +78,5 @@ rule bench_e2e_target:
         "../envs/kokoro-tvm.yaml"
     shell:
         "python {input.script} --target {wildcards.target} --threads {threads}"
-        " --voice {params.voice} --out-json {output.json} --out-plot {output.plot} > {log} 2>&1"
+        " --voice {params.voice} {params.runtime_python} --out-json {output.json}"
+        " --out-plot {output.plot} > {log} 2>&1"

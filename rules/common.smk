@@ -185,10 +185,10 @@ def tuning_database(wildcards):
 
 
 def all_targets():
-    """Assets, then per target its manifest and validation table."""
+    """Assets, then per target its manifest, validation table and model folder."""
     targets = setting("targets")
     return (asset_targets() + expand(paths.MANIFEST, target=targets)
-            + expand(paths.REPORT_VALIDATION, target=targets))
+            + expand(paths.REPORT_VALIDATION, target=targets) + expand(paths.DIST, target=targets))
 
 
 def runnable_targets():

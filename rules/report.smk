@@ -20,7 +20,7 @@ rule validation_report:
 
 rule spectrogram:
     input:
-        manifest=rules.manifest.output.manifest,
+        model=rules.dist.output.folder,
         checkpoint=rules.weights.output.checkpoint,
         config=rules.weights.output.config,
         voice=expand(paths.ASSET_VOICE, voice=setting("report.voice")),

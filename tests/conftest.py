@@ -18,6 +18,13 @@ BIN = Path(sys.executable).parent
 OTHER_TARGETS = ["cuda", "aarch64"]
 
 
+def model_folder(root: Path, target: str = "llvm") -> Path:
+    """The model folder a build in ``root`` wrote for ``target``."""
+    from kokoro_tvm import paths
+
+    return paths.artifact(paths.DIST, root, target=target)
+
+
 def run_snakemake(workdir: Path, *args: str, configfiles=(TINY,), check: bool = True,
                   snakefile: Path = REPO / "Snakefile") -> subprocess.CompletedProcess:
     """Runs the workflow in ``workdir`` (results/ land there) with the given config overrides."""

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import model_folder
 from transcribe import transcribe, word_error_rate
 
 from kokoro_tvm.measure.metrics import snr_db
 from kokoro_tvm.model.reference import TorchEngine, kokoro_noise
 from kokoro_tvm.runtime.engine import TvmEngine
 from kokoro_tvm.runtime.g2p import phonemizer, token_ids
-from kokoro_tvm.runtime.speech import load_vocab, speak
+from kokoro_tvm.runtime.model_folder import AssetFolder
+from kokoro_tvm.runtime.speech import speak
 from kokoro_tvm.runtime.voices import load_voice, style_for
 
 pytestmark = pytest.mark.slow
@@ -33,16 +35,19 @@ WER_MARGIN = 0.05
 MIN_SNR_DB = 30.0
 
 
-def _corpus_wer(engine, root, voice: str) -> tuple[float, list[str]]:
-    heard = [transcribe(speak(engine, s, voice, root=root)) for s in SENTENCES]
+def _corpus_wer(engine, speaker, voice: str) -> tuple[float, list[str]]:
+    heard = [transcribe(speak(engine, s, voice, speaker=speaker)) for s in SENTENCES]
     errors = sum(word_error_rate(s, h) * len(s.split()) for s, h in zip(SENTENCES, heard))
     return errors / sum(len(s.split()) for s in SENTENCES), heard
 
 
 @pytest.mark.parametrize("voice", ["af_heart", "am_adam"])
 def test_tvm_speech_is_recognised_as_well_as_pytorch(real_built, voice):
-    tvm_wer, tvm_heard = _corpus_wer(TvmEngine(real_built), real_built, voice)
-    torch_wer, torch_heard = _corpus_wer(TorchEngine(real_built), real_built, voice)
+    """The compiled libraries from the model folder, PyTorch on the build's checkpoint."""
+    tvm = TvmEngine(model_folder(real_built))
+    tvm_wer, tvm_heard = _corpus_wer(tvm, tvm.folder, voice)
+    torch_wer, torch_heard = _corpus_wer(TorchEngine(real_built), AssetFolder.of_build(real_built),
+                                         voice)
     print(f"{voice}: WER TVM {tvm_wer:.3f} {tvm_heard}, PyTorch {torch_wer:.3f} {torch_heard}")
     assert tvm_wer <= torch_wer + WER_MARGIN, (tvm_heard, torch_heard)
 
@@ -50,14 +55,14 @@ def test_tvm_speech_is_recognised_as_well_as_pytorch(real_built, voice):
 def test_either_bucket_gives_pytorchs_exact_length_result(real_built):
     """One utterance through the 256- and the 512-frame libraries: durations identical to
     PyTorch at exact length, audio within MIN_SNR_DB of it (same SineGen noise draws)."""
-    vocab = load_vocab(real_built)
-    ids = token_ids(phonemizer("en-us")(SENTENCES[1]), vocab)
-    ref_s = style_for(load_voice("af_heart", real_built), len(ids))
+    assets = AssetFolder.of_build(real_built)
+    ids = token_ids(phonemizer("en-us")(SENTENCES[1]), assets.vocab)
+    ref_s = style_for(load_voice("af_heart", assets), len(ids))
     want, want_frames = TorchEngine(real_built, disable_complex=True).synthesize_with_durations(
         ids, ref_s, 1.0, 7)
     assert want_frames.sum() <= 256  # fits both buckets
     for bucket in (256, 512):
-        engine = TvmEngine(real_built, noise=kokoro_noise)
+        engine = TvmEngine(model_folder(real_built), noise=kokoro_noise)
         for component in ("f0n", "decoder"):  # only this bucket left to choose from
             buckets = engine.components[component]
             buckets.entries = {bucket: buckets.entries[bucket]}

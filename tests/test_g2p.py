@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from kokoro_tvm.runtime import g2p
+from kokoro_tvm.runtime.model_folder import AssetFolder
 from kokoro_tvm.runtime.voices import VoiceError, load_voice, parse_blend
 
 
@@ -14,32 +15,60 @@ def test_english_g2p_offline():
     assert "wˈɜɹld" in phonemes
 
 
+def _words(text: str) -> int:
+    """A stand-in size: one token per word."""
+    return len(text.split())
+
+
 def test_split_keeps_sentences_whole_and_respects_the_limit():
-    sentence = "ðɪs ɪz ɐ tˈɛst, wɪð ɐ klˈɔz."
-    text = " ".join([sentence] * 60)
-    pieces = g2p.split_phonemes(text, limit=100)
-    assert all(len(p) <= 100 for p in pieces)
+    text = " ".join(["This is a test, with a clause."] * 60)
+    pieces = g2p.split_text(text, _words, limit=20)
+    assert all(_words(p) <= 20 for p in pieces)
     assert all(p.endswith(".") for p in pieces)  # cut at sentence ends only
     assert " ".join(pieces) == text
 
 
-def test_split_falls_back_to_clauses_then_words():
-    clause = "wˈʌn tˈu θɹˈi fˈɔɹ,"
-    pieces = g2p.split_phonemes(" ".join([clause] * 20), limit=60)
-    assert all(len(p) <= 60 and p.endswith(",") for p in pieces)
-    words = g2p.split_phonemes(" ".join(["wˈʌn"] * 100), limit=30)
-    assert all(len(p) <= 30 for p in words) and sum(p.count("wˈʌn") for p in words) == 100
+def test_split_falls_back_to_clauses_then_words_then_characters():
+    clauses = g2p.split_text(" ".join(["one two three four,"] * 20), _words, limit=6)
+    assert all(_words(p) <= 6 and p.endswith(",") for p in clauses)
+    words = g2p.split_text(" ".join(["one"] * 100), _words, limit=7)
+    assert all(_words(p) <= 7 for p in words) and sum(p.count("one") for p in words) == 100
+    characters = g2p.split_text("x" * 50, len, limit=8)
+    assert all(len(p) <= 8 for p in characters) and "".join(characters) == "x" * 50
+    japanese = g2p.split_text("今日は晴れ。明日は雨。", len, limit=6)
+    assert japanese == ["今日は晴れ。", "明日は雨。"]
+
+
+def test_pieces_join_whole_sentences_up_to_the_limit_unless_streaming():
+    vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .,", 1)}
+    text = "one two. three four. five six seven eight nine ten eleven."
+    joined = g2p.pieces(text, str.lower, vocab, limit=40)
+    assert [p.text for p in joined] == ["one two. three four.", "five six seven eight nine ten eleven."]
+    assert joined[0].phonemes == "one two. three four."
+    streamed = g2p.pieces(text, str.lower, vocab, per_sentence=True, limit=40)
+    assert [p.text for p in streamed] == ["one two.", "three four.", "five six seven eight nine ten eleven."]
+    long = g2p.pieces("aaaa bbbb, cccc dddd, eeee.", str.lower, vocab, limit=12)
+    assert [p.text for p in long] == ["aaaa bbbb,", "cccc dddd,", "eeee."]  # clauses
+
+
+def test_language_follows_the_voice_as_in_kokoro():
+    assert g2p.language_of_voice("af_heart") == "en-us"
+    assert g2p.language_of_voice("bf_emma:0.5,af_heart:0.5") == "en-gb"
+    assert g2p.language_of_voice("jf_alpha") == "ja"
+    with pytest.raises(g2p.G2PError, match="a Mandarin Chinese voice.*--lang"):
+        g2p.language_of_voice("zf_xiaobei")
 
 
 def test_blend_weights_are_normalised(tiny_assets):
-    heart = load_voice("af_heart", tiny_assets)
-    half = load_voice("af_heart:0.5,af_heart:0.5", tiny_assets)
+    assets = AssetFolder.of_build(tiny_assets)
+    heart = load_voice("af_heart", assets)
+    half = load_voice("af_heart:0.5,af_heart:0.5", assets)
     np.testing.assert_allclose(half, heart, rtol=1e-6)
     assert parse_blend("a:0.7,b:0.3") == [("a", 0.7), ("b", 0.3)]
     with pytest.raises(VoiceError, match="not a number"):
         parse_blend("a:x")
     with pytest.raises(VoiceError, match="unknown voice 'zz_none'"):
-        load_voice("zz_none", tiny_assets)
+        load_voice("zz_none", assets)
 
 
 def test_japanese_g2p_offline():
@@ -48,7 +77,10 @@ def test_japanese_g2p_offline():
 
 
 def test_halving_prefers_sentences_then_clauses_and_keeps_words_whole():
-    assert g2p.halve_phonemes("ɐ bˈi. sˈi dˈi, ˈi ɛf.") == ["ɐ bˈi.", "sˈi dˈi, ˈi ɛf."]
-    assert g2p.halve_phonemes("wˈʌn tˈu, θɹˈi fˈɔɹ") == ["wˈʌn tˈu,", "θɹˈi fˈɔɹ"]
-    assert g2p.halve_phonemes("ɐ vˈɛɹi lˈɔŋ") == ["ɐ vˈɛɹi", "lˈɔŋ"]
-    assert g2p.halve_phonemes("sˈɪŋɡəl") == ["sˈɪŋɡəl"]
+    def halves(text):
+        return [p.text for p in g2p.halve(g2p.Piece(text, text), str.lower)]
+
+    assert halves("A bee. See dee, ee eff.") == ["A bee.", "See dee, ee eff."]
+    assert halves("one two, three four") == ["one two,", "three four"]
+    assert halves("a very long") == ["a very", "long"]
+    assert halves("single") == ["single"]

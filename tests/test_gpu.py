@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import tvm
-from conftest import REPO
+from conftest import REPO, model_folder
 from tvm.relax.frontend.torch import from_exported_program
 
 from kokoro_tvm.compile import gpu
@@ -116,11 +116,12 @@ def test_runtime_without_a_gpu_says_so(tmp_path):
 
 def test_runtime_refuses_unvalidated_cuda_libraries(other_built):
     """The build's own cuda libraries were never run on a GPU: refused, with how to validate."""
-    from kokoro_tvm.runtime.engine import RuntimeLibraryError, TvmEngine
+    from kokoro_tvm.runtime.engine import TvmEngine
+    from kokoro_tvm.runtime.model_folder import ModelFolderError
 
-    with pytest.raises(RuntimeLibraryError, match=r"not validated.*NVIDIA GPU.*--forcerun "
-                                                  r"validate.*targets='\[\"cuda\"\]'"):
-        TvmEngine(other_built, target="cuda")
+    with pytest.raises(ModelFolderError, match=r"no validated libraries.*NVIDIA GPU.*--forcerun "
+                                               r"validate.*targets='\[\"cuda\"\]'"):
+        TvmEngine(model_folder(other_built, "cuda"))
 
 
 def test_gpu_check_runs_end_to_end_on_the_cpu(built, tmp_path):

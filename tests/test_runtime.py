@@ -6,12 +6,14 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import model_folder
 
 from kokoro_tvm import paths
 from kokoro_tvm.measure.metrics import snr_db
 from kokoro_tvm.model.reference import TorchEngine, kokoro_noise
-from kokoro_tvm.runtime.engine import RuntimeLibraryError, TvmEngine
+from kokoro_tvm.runtime.engine import TvmEngine
 from kokoro_tvm.runtime.library import Library, Weights
+from kokoro_tvm.runtime.model_folder import ModelFolder, ModelFolderError
 
 IDS = [50, 83, 54, 156, 57, 43, 44, 45, 46, 47, 48, 50, 51, 52]  # 16 tokens with the pads
 # Random tiny weights predict ~25 frames a token; this speed brings 16 tokens into 16 frames.
@@ -21,7 +23,7 @@ SPEED = 40.0
 def test_exact_fit_matches_pytorch(built):
     """Durations identical; audio at >= 60 dB SNR against KModel given the same noise draws."""
     voice = np.load(built / "results/assets/voices/af_heart.npy")[len(IDS) - 1]
-    tvm_audio, tvm_frames = TvmEngine(built, noise=kokoro_noise).synthesize_with_durations(
+    tvm_audio, tvm_frames = TvmEngine(model_folder(built), noise=kokoro_noise).synthesize_with_durations(
         IDS, voice, SPEED, 3)
     torch_audio, torch_frames = TorchEngine(built, disable_complex=True).synthesize_with_durations(
         IDS, voice, SPEED, 3)
@@ -31,20 +33,21 @@ def test_exact_fit_matches_pytorch(built):
 
 
 def test_missing_bucket_names_the_snakemake_target(built):
-    engine = TvmEngine(built)
+    engine = TvmEngine(model_folder(built))
     voice = np.load(built / "results/assets/voices/af_heart.npy")[len(IDS) - 1]
-    with pytest.raises(RuntimeLibraryError, match=r"snakemake --cores 2 results/lib/llvm/f0n/"):
+    with pytest.raises(ModelFolderError, match=r"buckets.f0n in config.yaml and rebuild the "
+                                               r"folder: snakemake --cores 2 results/dist/llvm"):
         engine.synthesize(IDS, voice, 1.0, 0)
 
 
-def test_changed_library_is_refused(built, tmp_path):
-    copy = tmp_path / "root"
-    shutil.copytree(built / "results", copy / "results")
-    manifest = json.loads((copy / "results/manifest/llvm.json").read_text())
-    library = copy / manifest["libraries"][0]["library"]
+def test_changed_library_is_refused_when_loaded(built, tmp_path):
+    copy = tmp_path / "model"
+    shutil.copytree(model_folder(built), copy)
+    folder = ModelFolder(copy)
+    library = copy / folder.libraries[0]["library"]
     library.write_bytes(library.read_bytes() + b"\0")
-    with pytest.raises(RuntimeLibraryError, match="does not match the manifest"):
-        TvmEngine(copy)
+    with pytest.raises(ModelFolderError, match="does not match the model folder's sha256"):
+        folder.file(folder.libraries[0]["library"])
 
 
 def test_equal_prepared_weights_are_kept_once(built):
@@ -68,6 +71,6 @@ def test_equal_prepared_weights_are_kept_once(built):
     assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(first, alone))
 
 
-def test_missing_manifest_says_how_to_build(tmp_path):
-    with pytest.raises(RuntimeLibraryError, match="snakemake --cores 2 results/manifest/llvm.json"):
-        TvmEngine(tmp_path)
+def test_missing_model_folder_says_how_to_build(tmp_path):
+    with pytest.raises(ModelFolderError, match="snakemake --cores 2 results/dist/llvm"):
+        TvmEngine(tmp_path / "results/dist/llvm")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from kokoro_tvm.cli import ProgressBar
+from kokoro_tvm.runtime.model_folder import AssetFolder
 from kokoro_tvm.runtime.speech import ChunkTooLong, speak, speak_chunks
 
 TEXT = ("The first sentence is here, and it has a clause. The second one follows it closely. "
@@ -28,9 +29,9 @@ class LimitedEngine:
 
 def test_chunks_that_do_not_fit_are_split_and_nothing_is_lost(tiny_assets):
     whole = LimitedEngine(10_000)
-    reference = speak(whole, TEXT, "af_heart", root=tiny_assets)
+    reference = speak(whole, TEXT, "af_heart", speaker=AssetFolder.of_build(tiny_assets))
     small = LimitedEngine(40)
-    audio = speak(small, TEXT, "af_heart", root=tiny_assets)
+    audio = speak(small, TEXT, "af_heart", speaker=AssetFolder.of_build(tiny_assets))
     assert max(small.calls) <= 40 and len(small.calls) > len(whole.calls)
     # Splitting drops only the spaces between pieces, never a phoneme.
     assert sum(small.calls) >= sum(whole.calls) - len(small.calls)
@@ -40,11 +41,12 @@ def test_chunks_that_do_not_fit_are_split_and_nothing_is_lost(tiny_assets):
 
 def test_a_word_that_never_fits_reports_the_engine_error(tiny_assets):
     with pytest.raises(ChunkTooLong, match="tokens > 2"):
-        speak(LimitedEngine(2), TEXT, "af_heart", root=tiny_assets)
+        speak(LimitedEngine(2), TEXT, "af_heart", speaker=AssetFolder.of_build(tiny_assets))
 
 
 def test_chunk_edges_are_faded(tiny_assets):
-    chunks = list(speak_chunks(LimitedEngine(40), TEXT, "af_heart", root=tiny_assets))
+    chunks = [c.samples for c in speak_chunks(LimitedEngine(40), TEXT, "af_heart",
+                                               speaker=AssetFolder.of_build(tiny_assets))]
     joined = np.concatenate(chunks)
     assert len(chunks) > 2
     assert all(abs(c[0]) < 1e-6 and abs(c[-1]) < 1e-6 for c in chunks)
@@ -53,11 +55,25 @@ def test_chunk_edges_are_faded(tiny_assets):
 
 def test_progress_is_reported_per_piece(tiny_assets):
     seen = []
-    chunks = list(speak_chunks(LimitedEngine(10_000), TEXT, "af_heart", root=tiny_assets,
+    chunks = list(speak_chunks(LimitedEngine(10_000), TEXT, "af_heart", speaker=AssetFolder.of_build(tiny_assets),
                                per_sentence=True, progress=lambda done, total: seen.append(
                                    (done, total))))
     assert seen == [(i, 3) for i in (1, 2, 3)]  # three sentences
     assert len(chunks) == 3
+
+
+def test_chunks_carry_their_text_and_start_in_order(tiny_assets):
+    """Every word of the text is in exactly one chunk, in order, and each chunk starts where
+    the previous one ended; halved pieces keep their own text."""
+    for limit, per_sentence in ((10_000, True), (10_000, False), (12, False)):
+        chunks = list(speak_chunks(LimitedEngine(limit), TEXT, "af_heart",
+                                   speaker=AssetFolder.of_build(tiny_assets),
+                                   per_sentence=per_sentence))
+        assert " ".join(c.text for c in chunks).split() == TEXT.split()
+        starts = np.cumsum([0] + [len(c.samples) for c in chunks[:-1]]) / 24_000
+        np.testing.assert_allclose([c.start_seconds for c in chunks], starts)
+        assert all(c.sample_rate == 24_000 for c in chunks)
+    assert len(chunks) > 3  # the 12-token engine made the speaker halve pieces
 
 
 def test_progress_bar_draws_in_place():

@@ -18,7 +18,7 @@ import subprocess
 import numpy as np
 import pytest
 import yaml
-from conftest import OTHER_TARGETS, REPO, run_snakemake
+from conftest import OTHER_TARGETS, REPO, model_folder, run_snakemake
 
 from kokoro_tvm.compile.devices import architecture, cannot_run_reason, lstm_methods_for
 from kokoro_tvm.compile.gpu import cuda_available
@@ -94,11 +94,16 @@ def test_every_component_builds_and_validation_is_skipped(other_built, target):
         assert machine == (0xB7 if target == "aarch64" else 0x3E)  # AArch64 / x86-64
 
 
-def test_runtime_refuses_unvalidated_libraries(other_built):
-    from kokoro_tvm.runtime.engine import RuntimeLibraryError, TvmEngine
+def test_model_folder_of_another_architecture_is_refused(other_built):
+    """results/dist/aarch64 holds no library (none validated here) and names its machine."""
+    from kokoro_tvm.runtime.engine import TvmEngine
+    from kokoro_tvm.runtime.model_folder import ModelFolder, ModelFolderError
 
-    with pytest.raises(RuntimeLibraryError, match="not validated"):
-        TvmEngine(other_built, target="aarch64")
+    folder = model_folder(other_built, "aarch64")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["libraries"] == [] and len(manifest["left_out"]) == 5
+    with pytest.raises(ModelFolderError, match="libraries for aarch64; this machine is x86_64"):
+        TvmEngine(ModelFolder(folder))
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,16 @@ def main() -> None:
     parser.add_argument("--engines", default=",".join(bench_e2e.ENGINES))
     parser.add_argument("--rounds", type=int, default=bench_e2e.ROUNDS,
                         help="measuring rounds, engines taking turns (median reported)")
+    parser.add_argument("--runtime-python", default=None,
+                        help="run the TVM engine with this interpreter: that of a runtime-only "
+                             "install (pip install kokoro-tvm), so that its peak memory is a "
+                             "deployment's, without PyTorch")
     parser.add_argument("--out-json", required=True)
     parser.add_argument("--out-plot", required=True)
     args = parser.parse_args()
     figures = bench_e2e.run(args.root, args.target, args.threads, args.voice,
-                            args.engines.split(","), args.rounds, args.out_json, args.out_plot)
+                            args.engines.split(","), args.rounds, args.out_json, args.out_plot,
+                            args.runtime_python)
     print(json.dumps(figures, indent=1))
 
 

@@ -8,8 +8,9 @@ machine's load or clock during the run hits every engine alike (one pass per eng
 the other, moved PyTorch's RTF by 13% between two runs). Reported per engine: real-time factor
 (synthesis seconds / audio seconds over all sentences), median over the rounds with every
 round's value; first-audio latency (text in -> first sentence's audio out, streaming a
-multi-sentence text), median over the rounds; load seconds and peak RSS; plus each engine's
-median RTF relative to PyTorch's.
+multi-sentence text), median over the rounds; load seconds, peak RSS and whether PyTorch was
+loaded (the TVM engine runs in a runtime-only install when given its interpreter); plus each
+engine's median RTF relative to PyTorch's.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import os
 import queue
 import resource
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -56,20 +58,25 @@ class OnnxEngine:
 
 
 def _make_engine(name: str, root: Path, target: str, threads: int):
+    """An engine and the folder its voices and vocabulary come from: the TVM runtime reads the
+    target's model folder, the others the build's assets (the same voices)."""
+    from kokoro_tvm import paths
+    from kokoro_tvm.runtime.model_folder import AssetFolder
+
     if name == "tvm":
         from kokoro_tvm.runtime.engine import TvmEngine
 
-        return TvmEngine(root, target=target)
+        engine = TvmEngine(paths.artifact(paths.DIST, root, target=target))
+        return engine, engine.folder
     if name == "torch":
         import torch
 
         from kokoro_tvm.model.reference import TorchEngine
 
         torch.set_num_threads(threads)
-        return TorchEngine(root)
-    from kokoro_tvm import paths
-
-    return OnnxEngine(paths.artifact(paths.ASSET_ONNX, root), threads)
+        return TorchEngine(root), AssetFolder.of_build(root)
+    return (OnnxEngine(paths.artifact(paths.ASSET_ONNX, root), threads),
+            AssetFolder.of_build(root))
 
 
 def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
@@ -77,28 +84,33 @@ def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
     """A child process: load and warm up one engine, then answer "round" requests with one
     timed pass over the sentences and the first-audio latency, and "stop" with its figures."""
     os.environ["TVM_NUM_THREADS"] = str(threads)  # read when TVM's thread pool starts
+    if name == "tvm":  # as `kokoro-tvm say` runs it
+        from kokoro_tvm.runtime.process import speak_only
+
+        speak_only()
     from kokoro_tvm.facts import SAMPLE_RATE
     from kokoro_tvm.runtime.speech import speak, speak_chunks
 
     started = time.perf_counter()
-    engine = _make_engine(name, root, target, threads)
+    engine, speaker = _make_engine(name, root, target, threads)
     load_seconds = time.perf_counter() - started
     for sentence in SENTENCES:  # warm-up: first calls load libraries, prepare weights, allocate
-        speak(engine, sentence, voice, root=root)
+        speak(engine, sentence, voice, speaker=speaker)
     replies.put("ready")
     while requests.get() == "round":
         synth, audio = 0.0, 0.0
         for sentence in SENTENCES:
             started = time.perf_counter()
-            samples = len(speak(engine, sentence, voice, root=root))
+            samples = len(speak(engine, sentence, voice, speaker=speaker))
             synth += time.perf_counter() - started
             audio += samples / SAMPLE_RATE
         started = time.perf_counter()
-        next(iter(speak_chunks(engine, " ".join(SENTENCES), voice, root=root,
+        next(iter(speak_chunks(engine, " ".join(SENTENCES), voice, speaker=speaker,
                                per_sentence=True)))
         replies.put({"synthesis_seconds": synth, "audio_seconds": audio,
                      "first_audio_seconds": time.perf_counter() - started})
-    replies.put({"load_seconds": load_seconds,
+    replies.put({"load_seconds": load_seconds, "python": sys.executable,
+                 "torch_loaded": "torch" in sys.modules,
                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
 
 
@@ -114,15 +126,22 @@ def _reply(name: str, child, replies: multiprocessing.Queue):
 
 
 def benchmark(root: str | Path, target: str = "llvm", threads: int = 2, voice: str = "af_heart",
-              engines=ENGINES, rounds: int = ROUNDS) -> dict[str, Any]:
-    """Every engine's figures, measured in interleaved rounds (module docstring)."""
+              engines=ENGINES, rounds: int = ROUNDS,
+              runtime_python: str | None = None) -> dict[str, Any]:
+    """Every engine's figures, measured in interleaved rounds (module docstring). The TVM
+    engine runs under ``runtime_python`` when given: the interpreter of a runtime-only install
+    (no PyTorch), whose memory is what a deployment pays."""
     context = multiprocessing.get_context("spawn")
     children = {}
     for name in engines:  # one at a time, so that loading and warm-up do not overlap
         requests, replies = context.Queue(), context.Queue()
         child = context.Process(target=_serve_engine, args=(name, Path(root), target, threads,
                                                             voice, requests, replies))
+        # The spawn method's interpreter is process-wide: set for this child's start only.
+        context.set_executable(runtime_python if name == "tvm" and runtime_python
+                               else sys.executable)
         child.start()
+        context.set_executable(sys.executable)
         _reply(name, child, replies)
         children[name] = (child, requests, replies)
     measured: dict[str, list[dict[str, float]]] = {name: [] for name in engines}
@@ -172,9 +191,10 @@ def plot(figures: dict[str, Any], dest: str | Path) -> None:
 
 
 def run(root: str | Path, target: str, threads: int, voice: str, engines: list[str],
-        rounds: int, out_json: str | Path, out_plot: str | Path) -> dict[str, Any]:
+        rounds: int, out_json: str | Path, out_plot: str | Path,
+        runtime_python: str | None = None) -> dict[str, Any]:
     """results/bench/e2e/{target}.json and .png."""
-    figures = benchmark(root, target, threads, voice, engines, rounds)
+    figures = benchmark(root, target, threads, voice, engines, rounds, runtime_python)
     write_json(out_json, figures)
     plot(figures, out_plot)
     return figures

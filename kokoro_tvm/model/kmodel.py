@@ -48,6 +48,28 @@ def load_kmodel(config_json: str | os.PathLike, checkpoint: str | os.PathLike, *
     return build_kmodel(config, checkpoint, disable_complex=disable_complex)
 
 
+def kmodel_from_params(config_json: str | os.PathLike, params: list[str | os.PathLike], *,
+                       disable_complex: bool = False):
+    """KModel from a model config and the components' params files (results/params/*.npz, or
+    a model folder's params/), whose keys together are KModel's whole state dict."""
+    import numpy as np
+
+    config = json.loads(Path(config_json).read_text(encoding="utf-8"))
+    kmodel = build_kmodel(config, disable_complex=disable_complex)
+    states: dict[str, dict[str, torch.Tensor]] = {}
+    for path in params:
+        with np.load(path) as arrays:
+            for key in arrays.files:
+                submodule, _, name = key.partition(".")
+                states.setdefault(submodule, {})[name] = torch.from_numpy(arrays[key])
+    if set(states) != set(SUBMODULES):
+        raise ValueError(f"the params files {list(map(str, params))} hold {sorted(states)}, "
+                         f"not KModel's {list(SUBMODULES)}")
+    for submodule, state in states.items():
+        getattr(kmodel, submodule).load_state_dict(state, strict=True)
+    return kmodel
+
+
 def model_device(kmodel) -> torch.device:
     """Where a KModel's weights are (the reference runs there: the CPU, or a GPU)."""
     return next(kmodel.parameters()).device

@@ -11,16 +11,24 @@ import torch
 
 from kokoro_tvm import paths
 from kokoro_tvm.facts import HARMONICS, SAMPLES_PER_FRAME
-from kokoro_tvm.model.kmodel import load_kmodel
+from kokoro_tvm.model.kmodel import kmodel_from_params, load_kmodel
 
 
 class TorchEngine:
     """KModel.forward_with_tokens with a seeded SineGen (its noise is the only randomness)."""
 
-    def __init__(self, root: str | Path = ".", *, disable_complex: bool = False):
-        self.kmodel = load_kmodel(paths.artifact(paths.ASSET_CONFIG, root),
-                                  paths.artifact(paths.ASSET_WEIGHTS, root),
-                                  disable_complex=disable_complex)
+    def __init__(self, root: str | Path = ".", *, disable_complex: bool = False, kmodel=None):
+        self.kmodel = kmodel or load_kmodel(paths.artifact(paths.ASSET_CONFIG, root),
+                                            paths.artifact(paths.ASSET_WEIGHTS, root),
+                                            disable_complex=disable_complex)
+
+    @classmethod
+    def of_model_folder(cls, folder) -> TorchEngine:
+        """KModel on the weights of a model folder (runtime/model_folder.py): the reference on
+        exactly what its libraries run."""
+        params = sorted({entry["params"] for entry in folder.libraries})
+        return cls(kmodel=kmodel_from_params(folder.file(paths.MODEL_CONFIG),
+                                             [folder.file(p) for p in params]))
 
     def synthesize(self, ids: list[int], ref_s: np.ndarray, speed: float, seed: int) -> np.ndarray:
         return self.synthesize_with_durations(ids, ref_s, speed, seed)[0]

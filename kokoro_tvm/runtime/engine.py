@@ -2,14 +2,13 @@
 
 For one chunk of T tokens the engine picks, per component, the smallest bucket that fits, pads
 with zeros and masks, runs bert -> duration -> (host: durations, alignment) -> text_encoder ->
-f0n -> decoder, and trims the audio to 600 samples per valid frame. Libraries come from the
-target's manifest, and each library and params file must still have the sha256 recorded there.
-They run on the device the manifest names (the CPU, or the first CUDA GPU, where each
-component's weights are uploaded and prepared once).
+f0n -> decoder, and trims the audio to 600 samples per valid frame. Libraries and weights come
+from a model folder (runtime/model_folder.py), each file checked against its sha256 when first
+used. They run on the device the folder's manifest names (the CPU, or the first CUDA GPU, where
+each component's weights are uploaded and prepared once).
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,25 +16,19 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from kokoro_tvm import paths
-from kokoro_tvm.atomic import sha256_file
-from kokoro_tvm.errors import UserError
 from kokoro_tvm.facts import COMPONENT_NAMES, HARMONICS, SAMPLES_PER_FRAME
 from kokoro_tvm.runtime import cuda
 from kokoro_tvm.runtime.library import Library, Weights
+from kokoro_tvm.runtime.model_folder import ModelFolder, ModelFolderError
 from kokoro_tvm.runtime.speech import ChunkTooLong
 
-# Preferred LSTM lowering when a manifest has several, fastest first (bench_lstm, real sizes:
+# Preferred LSTM lowering when a folder has several, fastest first (bench_lstm, real sizes:
 # tir_vec runs 5-22x faster than tir, and duration's LSTMs at 512 tokens in 39 ms against 72 ms
 # unrolled, which is also by far the slowest to build).
 LSTM_PREFERENCE = ("tir_vec", "tir", "unroll")
 
 
-class RuntimeLibraryError(UserError):
-    """A library the runtime needs is missing or does not match its manifest."""
-
-
-class BucketMissing(ChunkTooLong, RuntimeLibraryError):
+class BucketMissing(ChunkTooLong, ModelFolderError):
     """No bucket fits: the speaker splits the chunk, and reports this if it cannot."""
 
 
@@ -45,26 +38,27 @@ class Buckets:
 
     component: str
     entries: dict[int, dict[str, Any]]
-    root: Path
+    folder: ModelFolder
     weights: Weights
-    target: str
     loaded: dict[int, Library] = field(default_factory=dict)
 
     def fit(self, size: int) -> int:
         fitting = [b for b in self.entries if b >= size]
         if not fitting:
             largest = max(self.entries)
-            lstm = next(iter(self.entries.values()))["lstm"]
             wanted = 1 << (size - 1).bit_length()
             raise BucketMissing(
-                f"{self.component} needs a bucket of at least {size} (largest built: {largest}); "
-                f"add {wanted} to buckets.{self.component} in config.yaml and run: snakemake "
-                f"--cores 2 {paths.LIBRARY.format(target=self.target, component=self.component, lstm=lstm, bucket=wanted)}")
+                f"{self.component} needs a bucket of at least {size} (largest in "
+                f"{self.folder.path}: {largest}); add {wanted} to buckets.{self.component} in "
+                f"config.yaml and rebuild the folder: snakemake --cores 2 "
+                f"results/dist/{self.folder.target}")
         return min(fitting)
 
     def library(self, bucket: int) -> Library:
         if bucket not in self.loaded:
-            self.loaded[bucket] = Library(self.root / self.entries[bucket]["library"], self.weights)
+            entry = self.entries[bucket]
+            self.loaded[bucket] = Library(self.folder.file(entry["library"]), self.weights,
+                                          entry["transforms"])
         return self.loaded[bucket]
 
     def run(self, bucket: int, function: str, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -72,61 +66,43 @@ class Buckets:
         return self.library(bucket)(function, inputs)
 
 
-def _check(path: Path, expected: str, what: str) -> None:
-    if not path.is_file():
-        raise RuntimeLibraryError(f"{path} ({what}) is listed in the manifest but missing: "
-                                  f"rebuild it with: snakemake --cores 2 {path}")
-    if sha256_file(path) != expected:
-        raise RuntimeLibraryError(f"{path} ({what}) does not match the manifest's sha256: it "
-                                  f"changed after the build; rebuild with: snakemake --cores 2 "
-                                  f"--forcerun build {path}")
-
-
-def _device(entries: list[dict[str, Any]], target: str, kernels: Sequence[Path]):
-    """The device the manifest's libraries run on, with cuda kernels taken from ``kernels``."""
-    kinds = {entry.get("device", "cpu") for entry in entries}
+def _device(folder: ModelFolder, kernels: Sequence[Path]):
+    """The device the folder's libraries run on, with cuda kernels taken from ``kernels``."""
+    kinds = {entry["device"] for entry in folder.libraries}
     if len(kinds) != 1:
-        raise RuntimeLibraryError(f"the {target} manifest mixes devices {sorted(kinds)}: "
-                                  "rebuild it with: snakemake --cores 2 all")
+        raise ModelFolderError(f"{folder.path} mixes devices {sorted(kinds)}: rebuild it with: "
+                               f"snakemake --cores 2 results/dist/{folder.target}")
     (kind,) = kinds
     return cuda.device(kind, kernels)
 
 
-def load_components(root: Path, target: str, lstm: str | None,
+def load_components(folder: ModelFolder, lstm: str | None,
                     kernels: Sequence[Path] = ()) -> dict[str, Buckets]:
-    manifest_path = paths.artifact(paths.MANIFEST, root, target=target)
-    if not manifest_path.is_file():
-        raise RuntimeLibraryError(f"no manifest for target {target} at {manifest_path}: build the "
-                                  f"libraries with: snakemake --cores 2 {paths.MANIFEST.format(target=target)}")
-    entries = json.loads(manifest_path.read_text())["libraries"]
-    unvalidated = [e["library"] for e in entries if e.get("passed") is not True]
-    if unvalidated:
-        raise RuntimeLibraryError(
-            f"{len(unvalidated)} libraries of target {target} are not validated (e.g. "
-            f"{unvalidated[0]}: built here for another device or architecture, its validation "
-            "was skipped); validate them on that device (for cuda, a machine with an NVIDIA GPU "
-            "and nvcc): snakemake --cores 2 --forcerun validate --config "
-            f"targets='[\"{target}\"]' {paths.MANIFEST.format(target=target)}")
-    device = _device(entries, target, kernels)
+    """Each component's buckets, with the LSTM lowering ``lstm`` where built, else the fastest."""
+    if not folder.libraries:
+        left_out = folder.manifest["left_out"]
+        raise ModelFolderError(
+            f"{folder.path} has no validated libraries ({len(left_out)} were built for "
+            f"{folder.target} but not validated on the build machine); validate them on that "
+            "device (for cuda, a machine with an NVIDIA GPU and nvcc): snakemake --cores 2 "
+            f"--forcerun validate --config targets='[\"{folder.target}\"]' "
+            f"results/dist/{folder.target}")
+    device = _device(folder, kernels)
     by_component: dict[str, dict[str, dict[int, dict]]] = {}
-    for entry in entries:
+    for entry in folder.libraries:
         by_component.setdefault(entry["component"], {}).setdefault(entry["lstm"], {})[
             entry["bucket"]] = entry
+    missing = [name for name in COMPONENT_NAMES if name not in by_component]
+    if missing:
+        raise ModelFolderError(f"{folder.path} has no {', '.join(missing)} libraries: rebuild "
+                               f"it with: snakemake --cores 2 results/dist/{folder.target}")
     components = {}
     for component, methods in by_component.items():
         choice = lstm if lstm in methods else next(
             (m for m in (*LSTM_PREFERENCE, "none") if m in methods), sorted(methods)[0])
         chosen = methods[choice]
-        params = paths.artifact(paths.PARAMS, root, component=component)
-        _check(params, next(iter(chosen.values()))["params_sha256"], f"{component} weights")
-        for entry in chosen.values():
-            _check(root / entry["library"], entry["library_sha256"], f"{component} library")
-        components[component] = Buckets(component, chosen, root, Weights(params, device),
-                                        target)
-    missing = [name for name in COMPONENT_NAMES if name not in components]
-    if missing:
-        raise RuntimeLibraryError(f"the {target} manifest has no {', '.join(missing)} "
-                                  "libraries: run snakemake --cores 2 all")
+        params = folder.file(next(iter(chosen.values()))["params"])
+        components[component] = Buckets(component, chosen, folder, Weights(params, device))
     return components
 
 
@@ -149,16 +125,16 @@ def numpy_noise(seed: int, frames: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class TvmEngine:
-    """Kokoro from the compiled libraries of one target; see the module docstring.
+    """Kokoro from the compiled libraries of a model folder; see the module docstring.
 
     ``noise`` draws SineGen's randomness for the valid frames (padding gets zeros); the default
     needs only numpy, ``reference.kokoro_noise`` reproduces PyTorch's draws for comparisons.
     """
 
-    def __init__(self, root: str | Path = ".", *, target: str = "llvm", lstm: str | None = None,
+    def __init__(self, folder: ModelFolder | str | Path, *, lstm: str | None = None,
                  noise: Noise = numpy_noise, kernels: Sequence[Path] = ()):
-        self.root = Path(root)
-        self.components = load_components(self.root, target, lstm, kernels)
+        self.folder = folder if isinstance(folder, ModelFolder) else ModelFolder(folder)
+        self.components = load_components(self.folder, lstm, kernels)
         self.noise = noise
         self.timings: dict[str, float] = {}
 

@@ -4,11 +4,11 @@ Each function ``f`` of a library comes with ``f_transform_params`` (lifted in th
 everything ``f`` computes from weights alone (transposed matmul weights, weight-normalised conv
 kernels, ALBERT's shared layer weights once instead of twelve times). It takes the weights by
 KModel state-dict key and returns them prepared; ``f`` then takes its inputs by name, followed
-by the prepared weights in that order. A library's weights are prepared once, on first use.
-Libraries of one component (its buckets) share one ``Weights``, and prepared tensors that are
-equal byte for byte are kept once there: the decoder's 213 MB of prepared weights are the same
-at every bucket, and one copy per bucket cost memory and cache misses whenever sentences
-alternated between buckets.
+by the prepared weights in that order. A library's weights are prepared once, on first use, and
+only the prepared ones are kept: the weights as stored are read from the params file for the
+transform and released after it. Libraries of one component (its buckets) share one
+``Weights``, and prepared tensors that are equal byte for byte are kept once there: the
+decoder's prepared weights are the same at every bucket.
 Callers pass inputs by name and the weights come from the component's params file, so no
 argument order is stored anywhere else.
 """
@@ -60,14 +60,14 @@ def input_names(vm: VirtualMachine, function: str, prepared: list) -> list[str]:
 
 
 class Weights:
-    """One component's weights (a params .npz path, or name -> array), converted to device
-    tensors on first use, then cached; and the prepared weights its libraries share."""
+    """One component's weights (a params .npz path, or name -> array), read as device tensors
+    when a transform needs them; and the prepared weights its libraries share."""
 
     def __init__(self, source: str | os.PathLike | Mapping[str, np.ndarray], device=None):
         self.arrays = np.load(source) if isinstance(source, (str, os.PathLike)) else source
         self.device = device or tvm.cpu()
-        self._tensors: dict[str, tvm.runtime.Tensor] = {}
         self._prepared: dict[tuple, tvm.runtime.Tensor] = {}
+        self.by_transform: dict[str, list] = {}  # transform fingerprint -> prepared weights
 
     def shared(self, prepared: list) -> list:
         """``prepared`` with every tensor replaced by an equal one kept earlier, if any."""
@@ -84,20 +84,23 @@ class Weights:
         return name in self.arrays
 
     def __getitem__(self, name: str):
-        if name not in self._tensors:
-            self._tensors[name] = tvm.runtime.tensor(np.ascontiguousarray(self.arrays[name]),
-                                                     self.device)
-        return self._tensors[name]
+        """A new device tensor of weight ``name``, as stored (not kept here)."""
+        return tvm.runtime.tensor(np.ascontiguousarray(self.arrays[name]), self.device)
 
 
 class Library:
-    """One built library (.so) and the weights its functions read."""
+    """One built library (.so) and the weights its functions read; ``transforms`` maps its
+    functions to their weight transforms' fingerprints (the build's metadata), so that a
+    transform another library of the component already ran is not run again."""
 
-    def __init__(self, so_path: str | os.PathLike, weights: Weights):
+    def __init__(self, so_path: str | os.PathLike, weights: Weights,
+                 transforms: Mapping[str, str] | None = None):
         self.path = Path(so_path)
         self.weights = weights
+        self.transforms = dict(transforms or {})
         self.device = weights.device
-        self.vm = VirtualMachine(tvm.runtime.load_module(str(so_path)), weights.device)
+        self.module = tvm.runtime.load_module(str(so_path))
+        self.vm = VirtualMachine(self.module, weights.device)
         self._prepared: dict[str, list] = {}
 
     def _weight(self, name: str):
@@ -106,10 +109,21 @@ class Library:
         return self.weights[name]
 
     def prepared(self, function: str) -> list:
-        """``function``'s prepared weights (computed on the first call, then kept)."""
+        """``function``'s prepared weights (computed on the first call, then kept).
+
+        The transform runs in a VM of its own with TVM's naive allocator, which frees what it
+        allocates: under the pooled one that calls use, its intermediates and the duplicates
+        dropped by ``Weights.shared`` would stay reserved (about 200 MB for the decoder)."""
         if function not in self._prepared:
+            fingerprint = self.transforms.get(function)
+            if fingerprint in self.weights.by_transform:
+                self._prepared[function] = self.weights.by_transform[fingerprint]
+                return self._prepared[function]
+            once = VirtualMachine(self.module, self.device, memory_cfg="naive")
             self._prepared[function] = self.weights.shared(
-                prepare_weights(self.vm, function, self._weight, self.path))
+                prepare_weights(once, function, self._weight, self.path))
+            if fingerprint is not None:
+                self.weights.by_transform[fingerprint] = self._prepared[function]
         return self._prepared[function]
 
     def bind(self, function: str, inputs: Mapping[str, np.ndarray]) -> Callable[[], object]:

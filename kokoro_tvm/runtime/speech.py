@@ -6,17 +6,17 @@ text the same way.
 """
 from __future__ import annotations
 
-import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
 import numpy as np
 
-from kokoro_tvm import paths
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.facts import SAMPLE_RATE
 from kokoro_tvm.runtime import g2p
-from kokoro_tvm.runtime.voices import load_voice, style_for
+from kokoro_tvm.runtime.voices import VoiceFolder, load_voice, style_for
 
 
 class SpeechError(UserError):
@@ -28,24 +28,36 @@ class Engine(Protocol):
         """Audio (float32, 24 kHz) for token ids without pads and a [1, 256] style."""
 
 
-def load_vocab(root: str | Path = ".") -> dict[str, int]:
-    config = json.loads(paths.artifact(paths.ASSET_CONFIG, root).read_text(encoding="utf-8"))
-    return config["vocab"]
+class Speaker(VoiceFolder, Protocol):
+    """A folder with voices and the phoneme vocabulary (runtime/model_folder.py)."""
+
+    @property
+    def vocab(self) -> dict[str, int]: ...
 
 
-def phoneme_chunks(text: str, lang: str, vocab: dict[str, int], *,
-                   per_sentence: bool = False) -> list[str]:
-    """Phoneme pieces of at most g2p.MAX_TOKENS tokens, cut at sentence and clause boundaries;
-    ``per_sentence`` makes every sentence its own piece (earlier first audio when streaming)."""
+@dataclass(frozen=True)
+class Chunk:
+    """One engine call's audio, with the text it speaks and where it starts in the whole."""
+
+    text: str
+    phonemes: str
+    samples: np.ndarray  # float32, SAMPLE_RATE
+    start_seconds: float
+
+    @property
+    def sample_rate(self) -> int:
+        return SAMPLE_RATE
+
+
+def text_pieces(text: str, lang: str, vocab: dict[str, int], *,
+                per_sentence: bool = False) -> list[g2p.Piece]:
+    """The text's pieces of at most g2p.MAX_TOKENS tokens (g2p.pieces)."""
     if not text.strip():
         raise SpeechError("the text is empty: give some words to speak")
-    phonemes = g2p.phonemizer(lang)(text)
-    sentences = g2p.sentences(phonemes) if per_sentence else [phonemes]
-    pieces = [piece for sentence in sentences for piece in g2p.split_phonemes(sentence)
-              if g2p.token_ids(piece, vocab)]
-    if not pieces:
+    found = g2p.pieces(text, g2p.phonemizer(lang), vocab, per_sentence=per_sentence)
+    if not found:
         raise SpeechError(f"nothing speakable in {text[:40]!r}: the {lang} G2P gave no phonemes")
-    return pieces
+    return found
 
 
 class ChunkTooLong(UserError):
@@ -66,44 +78,42 @@ def _faded(audio: np.ndarray) -> np.ndarray:
     return audio
 
 
-def _synthesize_piece(engine: Engine, piece: str, table: np.ndarray, vocab: dict[str, int],
-                      speed: float, seed: int) -> Iterator[np.ndarray]:
-    """One phoneme piece's audio; pieces an engine cannot take whole are halved at a boundary."""
-    ids = g2p.token_ids(piece, vocab)
+def _synthesize_piece(engine: Engine, piece: g2p.Piece, table: np.ndarray, lang: str,
+                      vocab: dict[str, int], speed: float, seed: int
+                      ) -> Iterator[tuple[g2p.Piece, np.ndarray]]:
+    """One piece's audio; pieces an engine cannot take whole are halved at a boundary."""
+    ids = g2p.token_ids(piece.phonemes, vocab)
     try:
-        yield engine.synthesize(ids, style_for(table, len(ids)), speed, seed)
+        yield piece, engine.synthesize(ids, style_for(table, len(ids)), speed, seed)
     except ChunkTooLong:
-        halves = g2p.halve_phonemes(piece)
+        halves = g2p.halve(piece, g2p.phonemizer(lang))
         if len(halves) < 2:
             raise  # a single word that still does not fit: the error says which bucket to add
         for half in halves:
-            yield from _synthesize_piece(engine, half, table, vocab, speed, seed)
+            yield from _synthesize_piece(engine, half, table, lang, vocab, speed, seed)
 
 
-def speak_chunks(engine: Engine, text: str, voice: str, *, lang: str = "en-us", speed: float = 1.0,
-                 seed: int = 0, root: str | Path = ".", per_sentence: bool = False,
-                 progress: Callable[[int, int], None] | None = None) -> Iterator[np.ndarray]:
-    """Audio per chunk as each finishes, edges faded so that chunks join without clicks;
-    ``progress(done, total)`` is told after each piece of the text (G2P's pieces, before any
-    halving), so a long text can show how far it has got."""
-    table, vocab = load_voice(voice, root), load_vocab(root)
-    pieces = phoneme_chunks(text, lang, vocab, per_sentence=per_sentence)
+def speak_chunks(engine: Engine, text: str, voice: str, *, speaker: Speaker,
+                 lang: str | None = None, speed: float = 1.0, seed: int = 0,
+                 per_sentence: bool = False,
+                 progress: Callable[[int, int], None] | None = None) -> Iterator[Chunk]:
+    """Audio per chunk as each finishes, edges faded so that chunks join without clicks.
+
+    ``voice`` is a name or blend from ``speaker``'s voices; ``lang`` defaults to the voice's
+    (g2p.language_of_voice). ``progress(done, total)`` is told after each piece of the text
+    (before any halving), so a long text can show how far it has got."""
+    lang = lang or g2p.language_of_voice(voice)
+    table, vocab = load_voice(voice, speaker), speaker.vocab
+    pieces = text_pieces(text, lang, vocab, per_sentence=per_sentence)
+    done_samples = 0
     for i, piece in enumerate(pieces):
-        for audio in _synthesize_piece(engine, piece, table, vocab, speed, seed + i):
-            yield _faded(audio)
+        for spoken, audio in _synthesize_piece(engine, piece, table, lang, vocab, speed, seed + i):
+            yield Chunk(spoken.text, spoken.phonemes, _faded(audio), done_samples / SAMPLE_RATE)
+            done_samples += len(audio)
         if progress is not None:
             progress(i + 1, len(pieces))
 
 
 def speak(engine: Engine, text: str, voice: str, **options) -> np.ndarray:
     """The whole text's audio, chunks joined end to end."""
-    return np.concatenate(list(speak_chunks(engine, text, voice, **options)))
-
-
-def write_wav(dest: str | Path, audio: np.ndarray) -> None:
-    import soundfile
-
-    from kokoro_tvm.atomic import atomic_path
-
-    with atomic_path(dest) as tmp:
-        soundfile.write(tmp, audio, SAMPLE_RATE, subtype="PCM_16")
+    return np.concatenate([chunk.samples for chunk in speak_chunks(engine, text, voice, **options)])

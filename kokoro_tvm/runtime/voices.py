@@ -1,11 +1,10 @@
 """Voices at synthesis time: by name, or a weighted blend such as 'af_heart:0.7,am_adam:0.3'."""
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
-from kokoro_tvm import paths
 from kokoro_tvm.errors import UserError
 
 
@@ -13,9 +12,13 @@ class VoiceError(UserError):
     """A voice that is not among the built assets, or a malformed blend."""
 
 
-def available_voices(root: str | Path = ".") -> list[str]:
-    folder = Path(root) / paths.ASSET_VOICE_DIR
-    return sorted(p.stem for p in folder.glob("*.npy"))
+class VoiceFolder(Protocol):
+    """Where voices are: a model folder, or results/assets (runtime/model_folder.py)."""
+
+    @property
+    def voices(self) -> list[str]: ...
+
+    def voice_file(self, name: str): ...
 
 
 def parse_blend(spec: str) -> list[tuple[str, float]]:
@@ -34,16 +37,22 @@ def parse_blend(spec: str) -> list[tuple[str, float]]:
     return parts
 
 
-def load_voice(spec: str, root: str | Path = ".") -> np.ndarray:
-    """The [510, 1, 256] style table for a voice name or blend; blend weights are normalised."""
+def check_voice(spec: str, folder: VoiceFolder) -> list[tuple[str, float]]:
+    """The blend ``spec`` names, each voice checked to be in ``folder``."""
     parts = parse_blend(spec)
-    known = available_voices(root)
+    known = folder.voices
     for name, _ in parts:
         if name not in known:
-            raise VoiceError(f"unknown voice '{name}'; built voices: {', '.join(known) or 'none'}. "
+            raise VoiceError(f"unknown voice '{name}'; voices here: {', '.join(known) or 'none'}. "
                              "Add it to voices.names in config.yaml and run snakemake")
+    return parts
+
+
+def load_voice(spec: str, folder: VoiceFolder) -> np.ndarray:
+    """The [510, 1, 256] style table for a voice name or blend; blend weights are normalised."""
+    parts = check_voice(spec, folder)
     total = sum(w for _, w in parts)
-    return sum(w / total * np.load(paths.artifact(paths.ASSET_VOICE, root, voice=name))
+    return sum(w / total * np.load(folder.voice_file(name))
                for name, w in parts).astype(np.float32)
 
 

@@ -106,38 +106,50 @@ def check_library(kmodel, case: dict, bundle: Path, params: Path, weights: dict,
             "torch_gflops": round(gflop / torch_ms * 1e3, 1), "kernels": case["kernels"]}
 
 
-def write_params(root: Path, weights: dict) -> None:
-    """The synthetic weights as the params files of a results/ tree."""
+def write_params(folder: Path, weights: dict) -> None:
+    """The synthetic weights as a model folder's params files."""
     import numpy as np
 
     from kokoro_tvm import paths
 
     for name, arrays in weights.items():
-        params = paths.artifact(paths.PARAMS, root, component=name)
+        params = folder / paths.MODEL_PARAMS.format(component=name)
         params.parent.mkdir(parents=True, exist_ok=True)
         np.savez(params, **arrays)
 
 
-def write_manifest(root: Path, bundle: Path, document: dict, passed: dict[str, bool]) -> None:
-    """The manifest the runtime's engine reads: the bundle's libraries, each marked validated
-    as part 1 found it, beside the params of ``write_params``."""
+def write_model_folder(folder: Path, bundle: Path, document: dict,
+                       passed: dict[str, bool]) -> None:
+    """The rest of the model folder the runtime's engine reads, beside ``write_params``'
+    files: the bundle's libraries that part 1 validated and the manifest."""
+    import platform
+    import shutil
+
     from kokoro_tvm import paths
     from kokoro_tvm.atomic import sha256_file
+    from kokoro_tvm.runtime.model_folder import FORMAT
 
-    params_sha256 = {name: sha256_file(paths.artifact(paths.PARAMS, root, component=name))
-                     for name in document["weights"]}
-    device = "cuda" if document["target"] == "cuda" else "cpu"
-    entries = [{"component": c["component"], "lstm": c["lstm"], "bucket": c["bucket"],
-                "library": str(bundle.resolve() / "libs" / f"{c['stem']}.so"),
-                "library_sha256": c["library_sha256"], "device": device,
-                "params_sha256": params_sha256[c["component"]],
-                "passed": passed[c["stem"]]} for c in document["cases"]]
-    manifest = paths.artifact(paths.MANIFEST, root, target=document["target"])
-    manifest.parent.mkdir(parents=True, exist_ok=True)
-    manifest.write_text(json.dumps({"target": document["target"], "libraries": entries}))
+    files = {paths.MODEL_PARAMS.format(component=name): sha256_file(
+        folder / paths.MODEL_PARAMS.format(component=name)) for name in document["weights"]}
+    libraries = []
+    for case in document["cases"]:
+        if not passed[case["stem"]]:
+            continue
+        dims = {key: case[key] for key in ("component", "lstm", "bucket")}
+        library = paths.MODEL_LIBRARY.format(**dims)
+        (folder / library).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(bundle / "libs" / f"{case['stem']}.so", folder / library)
+        files[library] = sha256_file(folder / library)
+        libraries.append({**dims, "library": library, "transforms": {},
+                          "params": paths.MODEL_PARAMS.format(component=case["component"]),
+                          "device": "cuda" if document["target"] == "cuda" else "cpu"})
+    manifest = {"format": FORMAT, "target": document["target"],
+                "architecture": platform.machine(), "voices": [], "left_out": [],
+                "libraries": libraries, "files": files}
+    (folder / paths.MODEL_MANIFEST).write_text(json.dumps(manifest))
 
 
-def end_to_end(kmodel, root: Path, bundle: Path, document: dict, device: str,
+def end_to_end(kmodel, folder: Path, bundle: Path, document: dict, device: str,
                repeat: int) -> list[dict]:
     """Each sentence by the runtime's engine and by KModel, at the speed that gives it the
     bundle's number of frames; real-time factors."""
@@ -148,7 +160,7 @@ def end_to_end(kmodel, root: Path, bundle: Path, document: dict, device: str,
     from kokoro_tvm.runtime.bare import median_ms
     from kokoro_tvm.runtime.engine import TvmEngine
 
-    engine = TvmEngine(root, target=document["target"], kernels=[bundle / "kernels"])
+    engine = TvmEngine(folder, kernels=[bundle / "kernels"])
     ref_s = STYLE_STD * np.random.default_rng(document["seed"]).standard_normal(
         (1, 256)).astype(np.float32)
     style = torch.from_numpy(ref_s).to(device)
@@ -257,10 +269,10 @@ def check_model(kmodel, weights: dict, args, document: dict, device: str, torch_
     """Parts 1 and 2: every library, then the sentences end to end."""
     from kokoro_tvm import paths
 
-    root = Path(tempfile.mkdtemp(prefix="gpu_check_"))
-    write_params(root, weights)
+    folder = Path(tempfile.mkdtemp(prefix="gpu_check_"))
+    write_params(folder, weights)
     for case in document["cases"]:
-        params = paths.artifact(paths.PARAMS, root, component=case["component"])
+        params = folder / paths.MODEL_PARAMS.format(component=case["component"])
         try:
             row = check_library(kmodel, case, args.bundle, params, weights[case["component"]],
                                 document["seed"], device, args.repeat)
@@ -274,10 +286,10 @@ def check_model(kmodel, weights: dict, args, document: dict, device: str, torch_
                  f"{row['gflop']:.2f} GFLOP: TVM {row['tvm_gflops']} / PyTorch "
                  f"{row['torch_gflops']} GFLOP/s  kernels {row['kernels']}"
                  if "exception" not in row else row["exception"]), flush=True)
-    write_manifest(root, args.bundle, document,
-                   {r["case"]: r["passed"] for r in summary["libraries"]})
+    write_model_folder(folder, args.bundle, document,
+                       {r["case"]: r["passed"] for r in summary["libraries"]})
     try:
-        summary["end_to_end"] = end_to_end(kmodel, root, args.bundle, document, torch_device,
+        summary["end_to_end"] = end_to_end(kmodel, folder, args.bundle, document, torch_device,
                                            max(3, args.repeat // 3))
         for row in summary["end_to_end"]:
             print("e2e", json.dumps(row), flush=True)

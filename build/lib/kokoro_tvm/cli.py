@@ -1,0 +1,203 @@
+"""The kokoro-tvm command line: `kokoro-tvm say "text" -o out.wav`, `kokoro-tvm voices`.
+
+A thin layer over the API (runtime/kokoro.py): every argument is checked before the model
+loads, and a failed run leaves an existing output file as it was.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from kokoro_tvm.errors import UserError
+from kokoro_tvm.runtime import g2p
+from kokoro_tvm.runtime.model_folder import DEFAULT_MODEL
+
+ENGINES = ("tvm", "torch")
+
+
+def _read_text(path: str) -> str:
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        where = "standard input" if path == "-" else f"the text file {path}"
+        raise UserError(f"cannot read {where}: {err}") from err
+
+
+def _engine(args: argparse.Namespace, folder):
+    """None for the compiled libraries (Kokoro loads them), or the PyTorch reference on the
+    folder's weights."""
+    if args.engine == "tvm":
+        return None
+    try:
+        from kokoro_tvm.model.reference import TorchEngine
+    except ImportError as err:
+        raise UserError(f"--engine torch needs PyTorch and kokoro ({err.name} is missing): "
+                        "pip install 'kokoro-tvm[build]'") from err
+    return TorchEngine.of_model_folder(folder)
+
+
+class ProgressBar:
+    """``[##########..........] 12/24 pieces`` on one line of ``stream``, redrawn in place;
+    nothing for a text spoken in one piece."""
+
+    WIDTH = 30
+
+    def __init__(self, stream):
+        self.stream, self.shown = stream, False
+
+    def __call__(self, done: int, total: int) -> None:
+        if total < 2:
+            return
+        filled = self.WIDTH * done // total
+        self.stream.write(f"\r[{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total} pieces")
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.shown = False
+
+
+def _progress_bar(args: argparse.Namespace) -> ProgressBar | None:
+    """Shown when asked for, or by default on a terminal when no chunk lines are printed."""
+    wanted = args.progress
+    if wanted is None:
+        wanted = sys.stderr.isatty() and not (args.stream or args.verbose)
+    return ProgressBar(sys.stderr) if wanted else None
+
+
+def _text(args: argparse.Namespace) -> str:
+    if args.file is not None:
+        if args.text is not None:
+            raise UserError("give the text or --file, not both")
+        return _read_text(args.file)
+    if args.text is None:
+        raise UserError("no text: give it as an argument, - to read standard input, or --file PATH")
+    return _read_text("-") if args.text == "-" else args.text
+
+
+def say(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from kokoro_tvm.facts import SAMPLE_RATE
+    from kokoro_tvm.runtime.audio_file import check_output, write_audio
+    from kokoro_tvm.runtime.kokoro import Kokoro, check_request
+    from kokoro_tvm.runtime.model_folder import ModelFolder
+
+    # Everything that can be wrong is found here, before seconds of loading and synthesis.
+    text = _text(args)
+    if args.output == "-":
+        if not args.stream:
+            raise UserError("-o - writes raw PCM as chunks finish: add --stream")
+    else:
+        check_output(args.output)
+    folder = ModelFolder(args.model)
+    check_request(folder, text, args.voice, args.speed, args.lang)
+    started = time.perf_counter()
+    tts = Kokoro(folder, engine=_engine(args, folder), lstm=args.lstm)
+    loaded = time.perf_counter()
+    chunks, first_audio = [], None
+    bar = _progress_bar(args)
+    for chunk in tts.stream(text, args.voice, args.speed, args.lang, seed=args.seed,
+                            per_sentence=args.stream, progress=bar):
+        first_audio = first_audio or time.perf_counter() - loaded
+        chunks.append(chunk.samples)
+        if args.stream and args.output == "-":  # raw 16-bit 24 kHz mono, as each chunk is ready
+            pcm = np.clip(chunk.samples * 32767, -32768, 32767).astype("<i2")
+            sys.stdout.buffer.write(pcm.tobytes())
+            sys.stdout.buffer.flush()
+        if args.stream or args.verbose:
+            print(f"  chunk {len(chunks)} at {chunk.start_seconds:.2f} s of audio, "
+                  f"{len(chunk.samples) / SAMPLE_RATE:.2f} s long, ready after "
+                  f"{time.perf_counter() - loaded:.2f} s: {chunk.text[:50]!r}", file=sys.stderr)
+    if bar is not None:
+        bar.close()
+    audio = np.concatenate(chunks)
+    if args.output != "-":
+        write_audio(args.output, audio)
+    seconds, spent = len(audio) / SAMPLE_RATE, time.perf_counter() - loaded
+    print(f"{args.output}: {seconds:.2f} s of audio in {spent:.2f} s (real-time factor "
+          f"{spent / seconds:.3f}, {args.engine})", file=sys.stderr)
+    if args.verbose:
+        print(f"  load {loaded - started:.2f} s, first audio after {first_audio:.2f} s",
+              file=sys.stderr)
+        for stage, stage_seconds in getattr(tts.engine, "timings", {}).items():
+            print(f"  {stage} {stage_seconds:.2f} s", file=sys.stderr)
+    return 0
+
+
+def voices(args: argparse.Namespace) -> int:
+    from kokoro_tvm.runtime.model_folder import ModelFolder
+
+    for name in ModelFolder(args.model).voices:
+        try:
+            lang = g2p.language_of_voice(name)
+        except g2p.G2PError:
+            lang = "(no G2P here: give --lang)"
+        print(f"{name}\t{lang}")
+    return 0
+
+
+def _model_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="a model folder: results/dist/TARGET of a build, or a copy of it "
+                        "anywhere (default: %(default)s)")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="kokoro-tvm", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = top.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("say", help="synthesize text to an audio file")
+    p.add_argument("text", nargs="?", help="the text to speak; - reads standard input (or --file)")
+    p.add_argument("--file", help="read the text from this UTF-8 file (any length)")
+    p.add_argument("-o", "--output", required=True,
+                   help="audio file to write: .wav, .flac, .ogg (.mp3 where libsndfile has it); "
+                        "24 kHz mono; with --stream, - writes raw 16-bit PCM to stdout as each "
+                        "chunk finishes")
+    _model_argument(p)
+    p.add_argument("--voice", default="af_heart",
+                   help="a voice name or a blend like af_heart:0.7,am_adam:0.3 (kokoro-tvm voices)")
+    p.add_argument("--lang", default=None, choices=g2p.LANGUAGES,
+                   help="the G2P's language (default: the voice's, from its first letter)")
+    p.add_argument("--speed", type=float, default=1.0, help="0.5 to 2 (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seeds SineGen's noise (repeatable audio)")
+    p.add_argument("--engine", default="tvm", choices=ENGINES,
+                   help="tvm: the compiled libraries (default); torch: the PyTorch reference on "
+                        "the same weights (needs kokoro-tvm[build])")
+    p.add_argument("--lstm", default=None,
+                   help="LSTM lowering to use when the folder has several (tvm engine)")
+    p.add_argument("--stream", action="store_true",
+                   help="one chunk per sentence, reported (and with -o -, written) as it finishes")
+    p.add_argument("--verbose", action="store_true",
+                   help="print first-audio latency and per-stage times")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="a progress bar over the text's pieces (default: on a terminal, "
+                        "unless --stream or --verbose print per-chunk lines)")
+    p.set_defaults(run=say)
+    v = commands.add_parser("voices", help="list the voices of a model folder and their languages")
+    _model_argument(v)
+    v.set_defaults(run=voices)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "say" and args.engine == "tvm":
+        from kokoro_tvm.runtime.process import speak_only
+
+        speak_only()
+    try:
+        return args.run(args)
+    except UserError as err:
+        print(f"kokoro-tvm: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

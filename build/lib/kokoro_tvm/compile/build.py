@@ -1,0 +1,101 @@
+"""Building a lowered module into a code-only shared library.
+
+The lowered module has been through the Relax pipeline already (``lower.lower``), so the build
+runs only VM codegen, TIR compilation and linking (``relax.build`` with ``relax_pipeline=None``).
+Weights are function inputs, so the library holds code only.
+
+Cross targets (an llvm ``mtriple`` of another architecture) are linked with that triple's C
+compiler (``cross_compiler``); CUDA kernels are compiled with nvcc (``gpu.nvcc_compile``).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Any
+
+import tvm
+from tvm import relax
+from tvm.support import cc
+
+from kokoro_tvm.abi import TRANSFORM_SUFFIX
+from kokoro_tvm.atomic import atomic_path
+from kokoro_tvm.compile import gpu
+
+
+def _tensor_signature(ty) -> dict[str, Any]:
+    """Shape and dtype of a Relax tensor type (static shapes only)."""
+    return {"shape": [int(d) for d in ty.shape], "dtype": str(ty.dtype)}
+
+
+def _outputs(ret_ty) -> list[dict[str, Any]]:
+    fields = ret_ty.fields if isinstance(ret_ty, relax.TupleType) else [ret_ty]
+    return [_tensor_signature(t) for t in fields]
+
+
+def signature(mod: tvm.IRModule) -> dict[str, dict[str, Any]]:
+    """Function name -> its inputs (name, shape, dtype), weight names, and outputs.
+
+    Read from the Relax functions of an imported or lowered module: the first ``num_input``
+    parameters are the caller's inputs; the weights from the params file are the rest, or, once
+    lowered, the parameters of the function's lifted ``_transform_params`` companion.
+    """
+    names = {gvar.name_hint for gvar in mod.get_global_vars()}
+    functions = {}
+    for gvar, func in mod.functions_items():
+        name = gvar.name_hint
+        if (not isinstance(func, relax.Function) or "num_input" not in func.attrs
+                or name.endswith(TRANSFORM_SUFFIX)):
+            continue
+        num_input = int(func.attrs["num_input"])
+        weights = (mod[name + TRANSFORM_SUFFIX].params if name + TRANSFORM_SUFFIX in names
+                   else func.params[num_input:])
+        functions[name] = {
+            "inputs": [{"name": p.name, **_tensor_signature(p.ty)}
+                       for p in func.params[:num_input]],
+            "weights": [p.name for p in weights],
+            "outputs": _outputs(func.ret_ty),
+        }
+    return dict(sorted(functions.items()))
+
+
+def embedded_constant_bytes(mod: tvm.IRModule) -> int:
+    """Bytes of tensor constants inside the module's Relax functions (what the library embeds).
+
+    Weights are inputs, so this should be small buffers only (STFT kernels, position ids); a
+    large value means weights were bound into the code by mistake.
+    """
+    sizes: list[int] = []
+
+    def visit(expr):
+        if isinstance(expr, tvm.ir.expr.Constant) and isinstance(expr.value, tvm.runtime.Tensor):
+            sizes.append(expr.value.numpy().nbytes)
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return sum(sizes)
+
+
+def build_library(lowered_mod: tvm.IRModule, target: tvm.target.Target,
+                  out_so: str | os.PathLike, cross_compiler: str | None = None
+                  ) -> dict[str, Any]:
+    """Compiles ``lowered_mod`` for ``target`` and writes ``out_so`` atomically, linked with
+    ``cross_compiler`` (e.g. ``aarch64-linux-gnu-gcc``) when given.
+
+    Returns build facts for the library's metadata: seconds spent, size, and the signature.
+    """
+    start = time.perf_counter()
+    with gpu.nvcc_compile() if target.kind.name == "cuda" else contextlib.nullcontext():
+        executable = relax.build(lowered_mod, target, relax_pipeline=None)
+    fcompile = cc.cross_compiler(cross_compiler) if cross_compiler else None
+    with atomic_path(out_so) as tmp:
+        executable.export_library(str(tmp), fcompile=fcompile)
+        size = tmp.stat().st_size
+    return {
+        "build_seconds": round(time.perf_counter() - start, 3),
+        "library_bytes": size,
+        "embedded_constant_bytes": embedded_constant_bytes(lowered_mod),
+        "target": str(target),
+        "functions": signature(lowered_mod),
+    }

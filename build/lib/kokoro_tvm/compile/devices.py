@@ -1,0 +1,73 @@
+"""Where a target's code runs, from its dict form, without importing TVM (the workflow reads
+these when it parses): the device (cpu or cuda), the CPU architecture (``mtriple`` or this
+machine), the cross linker, whether this machine can run the libraries, and the LSTM lowerings a
+device can compile.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+# LLVM triple architecture -> the name Python's platform.machine() gives on such a machine.
+_MACHINES = {"x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+def host_machine() -> str:
+    """This machine's architecture as platform.machine() names it (x86_64, aarch64)."""
+    import platform
+
+    return _MACHINES.get(platform.machine(), platform.machine())
+
+
+def device_kind(options: dict[str, Any]) -> str:
+    """The TVM device a target's libraries run on: ``cuda`` or ``cpu``."""
+    return "cuda" if options["kind"] == "cuda" else "cpu"
+
+
+def architecture(options: dict[str, Any]) -> str:
+    """The architecture a target's code is for: the CPU (``x86_64``, ``aarch64``) from
+    ``mtriple`` or this machine, or the GPU (``cuda:sm_90``)."""
+    if device_kind(options) == "cuda":
+        return f"cuda:{options.get('arch', 'unknown')}"
+    triple = options.get("mtriple")
+    if not triple:
+        return host_machine()
+    arch = triple.split("-")[0]
+    return _MACHINES.get(arch, arch)
+
+
+def is_cross(options: dict[str, Any]) -> bool:
+    """Whether a CPU target's code is for another architecture than this machine's."""
+    return device_kind(options) == "cpu" and architecture(options) != host_machine()
+
+
+def cross_compiler(options: dict[str, Any]) -> str | None:
+    """The C compiler that links a cross target's objects (Debian's ``{triple}-gcc``,
+    e.g. ``aarch64-linux-gnu-gcc`` from gcc-aarch64-linux-gnu), or None for native targets."""
+    if not is_cross(options):
+        return None
+    return f"{options['mtriple']}-gcc"
+
+
+def cannot_run_reason(options: dict[str, Any]) -> str | None:
+    """Why this machine cannot run a target's libraries (None when it can)."""
+    if device_kind(options) == "cuda":
+        from kokoro_tvm.compile.gpu import cuda_available
+
+        return None if cuda_available() else "no CUDA device"
+    if is_cross(options):
+        return (f"code for {architecture(options)} cannot run on this {host_machine()} machine "
+                "(tests/test_targets.py runs it under qemu-user)")
+    return None
+
+
+# LSTM lowerings each device can compile, preferred first. tir and tir_vec are hand-written CPU
+# TIR (a scalar or vectorised loop over time, threads per direction); GPU targets swap tir_vec's
+# kernel for a GPU one when lowering (compile/gpu_lstm.py), the scalar tir has none; unroll is
+# plain Relax ops, which dlight schedules like any other, but its IR grows with the bucket.
+DEVICE_LSTM_METHODS = {"cpu": ("unroll", "tir", "tir_vec"), "cuda": ("tir_vec", "unroll")}
+
+
+def lstm_methods_for(options: dict[str, Any], configured: list[str]) -> list[str]:
+    """The configured LSTM methods this target can build; its first own one if none is."""
+    allowed = DEVICE_LSTM_METHODS[device_kind(options)]
+    return [m for m in configured if m in allowed] or [allowed[0]]

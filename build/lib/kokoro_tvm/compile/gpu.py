@@ -1,0 +1,65 @@
+"""CUDA targets: TVM's own GPU schedules, nvcc, and whether a CUDA device is present.
+
+Our CPU schedules (``kokoro_tvm.compile.schedules``) are not used for GPUs: ``lower`` keeps the
+CUDA backend's pass lists, which schedule every PrimFunc after FuseTIR with dlight's GPU rules
+(Matmul, GEMV, Reduction, GeneralReduction, Fallback: thread bindings for every kernel). Kernels
+are compiled by nvcc into a fatbin with SASS for the target's ``arch`` (``sm_90``: H100/H200),
+so building needs nvcc but no GPU; running needs a driver that supports the CUDA runtime the
+TVM wheel links (``libcudart.so.13``).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from typing import Iterator
+
+
+def cuda_available() -> bool:
+    """Whether TVM sees a CUDA device here (False without a driver or GPU)."""
+    try:
+        import tvm
+
+        return bool(tvm.cuda(0).exist)
+    except Exception:  # no libcuda, no runtime_cuda: no device
+        return False
+
+
+@contextlib.contextmanager
+def nvcc_compile() -> Iterator[None]:
+    """TVM compiles CUDA kernels with nvcc (fatbin) instead of NVRTC, which needs the
+    cuda-bindings package, and without --use_fast_math, whose approximate division, exp and
+    log TVM would otherwise apply (kokoro_tvm/runtime/cuda.py compiles at load the same way)."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise FileNotFoundError("building a cuda target needs nvcc (the CUDA toolkit) on PATH")
+    settings = {"TVM_CUDA_COMPILE_MODE": "nvcc", "TVM_CUDA_NVCC_NO_FAST_MATH": "1"}
+    previous = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def cuda_sources(lowered, target) -> list[str]:
+    """The CUDA C of the kernels a lowered module (``tvm.IRModule``) compiles to for ``target``:
+    what its library carries and a GPU compiles when loading it (kokoro_tvm/runtime/cuda.py)."""
+    from tvm import relax
+
+    with nvcc_compile():
+        executable = relax.build(lowered, target, relax_pipeline=None)
+    found = []
+
+    def visit(module):
+        if module.kind == "cuda":
+            found.append(module.inspect_source("cuda"))
+        for imported in module.imports:
+            visit(imported)
+
+    visit(executable.mod)
+    return found

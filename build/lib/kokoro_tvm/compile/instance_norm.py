@@ -1,0 +1,83 @@
+"""The masked InstanceNorm of Kokoro's AdaIN layers as one TIR function.
+
+``torch.ops.kokoro_tvm.masked_instance_norm(x, valid, eps)`` (model/masked_norm.py) reaches
+the importer as one node; this converter emits it as a single TE function instead of TVM's
+eight Relax ops. Those ops became four kernels per AdaIN (mask, mean and subtract, square,
+variance and normalise), each a pass over the whole tensor: at 256 frames the generator's last
+stage holds 128 x 30,721 floats, and its 22 AdaINs spent 13 ms each on nine passes over memory.
+
+The function's statistics blocks are *row statistics* (``ROW_STATISTIC``, a block annotation):
+each row (batch, channel) reads only its own row of ``x``, so the schedule
+(schedules/row_statistics.py) computes them inside the output's row loop and a row is read from
+memory once, its second and third reads coming from cache. Each sum accumulates in float64
+(as schedules/reduction.py, for the same reason: up to 600 samples per frame) over ``PARTIALS``
+interleaved partial sums, which the schedule turns into vector lanes, then a scalar tail.
+"""
+from __future__ import annotations
+
+from torch import fx
+from tvm import relax, te
+
+# Block annotation: the block computes per-row statistics; its value says which kind.
+ROW_STATISTIC = "kokoro_tvm.row_statistic"
+PARTIAL_SUMS, PER_ROW = "partial_sums", "per_row"
+_PER_ROW_BLOCK = {ROW_STATISTIC: PER_ROW}
+# Interleaved partial sums per row: a whole number of vectors of float64 for every SIMD width
+# up to 1024 bits.
+PARTIALS = 16
+
+
+def _row_sum(value, rows: tuple, length: int, name: str) -> te.Tensor:
+    """sum over l < length of ``value(b, c, l)`` (float64) per row (b, c): PARTIALS interleaved
+    partial sums, the tail that does not fill them, then their total."""
+    partials = PARTIALS if length >= PARTIALS else 1
+    steps, tail = divmod(length, partials)
+    k = te.reduce_axis((0, steps), f"{name}_k")
+    partial = te.compute((*rows, partials),
+                         lambda b, c, j: te.sum(value(b, c, k * partials + j), axis=k),
+                         name=f"{name}_partial", attrs={ROW_STATISTIC: PARTIAL_SUMS})
+    j = te.reduce_axis((0, partials), f"{name}_j")
+    total = te.compute(rows, lambda b, c: te.sum(partial[b, c, j], axis=j),
+                       name=f"{name}_total", attrs=_PER_ROW_BLOCK)
+    if not tail:
+        return total
+    t = te.reduce_axis((0, tail), f"{name}_t")
+    rest = te.compute(rows, lambda b, c: te.sum(value(b, c, steps * partials + t), axis=t),
+                      name=f"{name}_tail", attrs=_PER_ROW_BLOCK)
+    return te.compute(rows, lambda b, c: total[b, c] + rest[b, c], name=f"{name}_sum",
+                      attrs=_PER_ROW_BLOCK)
+
+
+def masked_instance_norm(x: te.Tensor, valid: te.Tensor, eps: float) -> te.Tensor:
+    """(x - mean) / sqrt(var + eps) with the mean and biased variance over the positions where
+    ``valid`` [B, 1, L] is 1, per row of ``x`` [B, C, L]."""
+    batch, channels, length = (int(d) for d in x.shape)
+    rows = (batch, channels)
+    l = te.reduce_axis((0, length), "l")
+    count = te.compute((batch,), lambda b: te.sum(valid[b, 0, l].astype("float64"), axis=l),
+                       name="count")
+
+    def masked(b, c, i):
+        return (x[b, c, i] * valid[b, 0, i]).astype("float64")
+
+    total = _row_sum(masked, rows, length, "mean")
+    mean = te.compute(rows, lambda b, c: total[b, c] / count[b], name="mean",
+                      attrs=_PER_ROW_BLOCK)
+
+    def squared(b, c, i):
+        centred = (x[b, c, i].astype("float64") - mean[b, c]) * valid[b, 0, i].astype("float64")
+        return centred * centred
+
+    squares = _row_sum(squared, rows, length, "var")
+    scale = te.compute(rows, lambda b, c: (1.0 / te.sqrt(squares[b, c] / count[b] + eps))
+                       .astype(x.dtype), name="inv_std", attrs=_PER_ROW_BLOCK)
+    return te.compute(x.shape, lambda b, c, i: (x[b, c, i] - mean[b, c].astype(x.dtype))
+                      * scale[b, c], name="normalised")
+
+
+def convert_masked_instance_norm(node: fx.Node, importer) -> relax.Expr:
+    """kokoro_tvm.masked_instance_norm(x, valid, eps) -> one ``call_tir``."""
+    x, valid = (importer.env[a] for a in node.args[:2])
+    eps = float(node.args[2])
+    return importer.block_builder.call_te(masked_instance_norm, x, valid, eps,
+                                          primfunc_name_hint="masked_instance_norm")

@@ -1,0 +1,151 @@
+"""Lowering: the target's Relax pipeline, stopping before codegen.
+
+The result is a plain IRModule (finalised Relax functions and unscheduled TIR PrimFuncs) that
+``tvm.ir.save_json`` can store, so lowering and building are separate, separately cached stages;
+``build.build_library`` continues from it without re-running these passes.
+
+The passes are the target's own (its backend's dispatch, legalize, dataflow-lowering and finalize
+lists, as in ``relax.get_default_pipeline(target)``) with one change of purpose: nothing that
+grows with the bucket may become a constant, because constants are embedded in a library meant
+to hold code only. The decoder's interpolations and upsampling index with ``arange`` over the
+audio samples; TVM legalizes a constant-bounded ``arange`` into a numpy table and
+``FoldConstant`` then evaluates the index arithmetic on it, leaving int64/float32 tables as long
+as the audio in the library (365 KB at F=16 on the tiny model, i.e. about 57 MB at F=2500). So
+``arange`` is legalized to a kernel and ``FoldConstant`` is skipped. Computing the indices at
+run time costs nothing measurable (decoder body F=16: 6.1 s either way; convolutions dominate).
+
+Weight transforms: whatever a function computes from weights alone (transposes, weight norm,
+the matmul weight panels of our legalization) is lifted into a companion function
+``{name}_transform_params`` right after legalization (TVM's LiftTransformParams, after
+common-subexpression elimination so that ALBERT's twelve uses of one shared layer prepare its
+weights once). The runtime calls it once per library (``runtime/library.py``). Left in place,
+bert transposed its Linear weights on every call: 80% of its time at 32 tokens.
+
+Schedules: TVM 0.27 applies none on CPU (every conv and matmul a naive loop). Our own
+(``kokoro_tvm.compile.schedules``) come in twice: their legalizations of conv1d,
+conv_transpose1d and matmul replace TVM's inside LegalizeOps, and their rules schedule every
+PrimFunc right after FuseTIR, before the dataflow is lowered. ``schedule=False`` gives TVM's
+plain pipeline (the reference the schedule tests compare against).
+"""
+from __future__ import annotations
+
+import importlib
+
+import tvm
+from tvm import relax, topi
+
+from kokoro_tvm.abi import TRANSFORM_SUFFIX
+from kokoro_tvm.compile import schedules
+
+SKIPPED_PASSES = ("FoldConstant",)
+# Where each target kind's pass lists live. ``relax.pipeline.dataflow_lower_passes`` cannot be
+# used for llvm in TVM 0.27: the cpu_generic package does not re-export that list.
+# CUDA's lists schedule every PrimFunc with dlight's GPU rules after FuseTIR (compile/gpu.py).
+BACKENDS = {"llvm": "tvm.relax.backend.cpu_generic.pipeline",
+            "cuda": "tvm.relax.backend.cuda.pipeline"}
+
+
+def passes(target: tvm.target.Target, schedule: bool = True, tuning_db: str | None = None,
+           until: str | None = None) -> list[tvm.transform.Pass]:
+    """The target's default Relax passes in order, without ``SKIPPED_PASSES``; with
+    ``schedule``, our legalizations in LegalizeOps and our schedules after FuseTIR; with
+    ``tuning_db`` (a MetaSchedule work dir, compile/tune.py), its tuned kernels first, so that
+    our schedules take only the kernels it does not have; ``until`` stops after that pass.
+
+    Our schedules are for CPUs (x86 and Arm: they read the vector width from the target); GPU
+    targets keep their backend's own schedules (dlight) whatever ``schedule`` says, and get
+    the GPU form of our hand-written kernels first."""
+    if target.kind.name not in BACKENDS:
+        raise ValueError(f"no Relax pipeline known for target kind {target.kind.name}")
+    schedule = schedule and "cpu" in target.keys
+    backend = importlib.import_module(BACKENDS[target.kind.name])
+    every = (backend.library_dispatch_passes(target) + backend.legalize_passes(target)
+             + backend.dataflow_lower_passes(target) + backend.finalize_passes(target))
+    chosen = [] if "cpu" in target.keys else [_gpu_kernels()]
+    for p in every:
+        if p.info.name in SKIPPED_PASSES:
+            continue
+        if p.info.name == "LegalizeOps":
+            # Lifted after legalization, so that the weight layouts our legalizations
+            # introduce (matmul panels) are computed once too.
+            chosen += [_legalize(schedule), lift_weight_transforms]
+            continue
+        chosen.append(p)
+        if p.info.name == until:
+            break
+        if p.info.name == "FuseTIR" and tuning_db is not None:
+            chosen.append(relax.transform.MetaScheduleApplyDatabase(tuning_db))
+        if p.info.name == "FuseTIR" and schedule:
+            chosen.append(schedules.apply_schedules())
+    return chosen
+
+
+def _named_inputs(transform: relax.Function, names: list[str]) -> relax.Function:
+    """``transform`` taking the weights as named parameters instead of LiftTransformParams'
+    one tuple, so that callers bind them by state-dict key as they bind the function's own."""
+    (packed,) = transform.params
+    fields = list(packed.ty.fields)
+    if len(fields) != len(names):
+        raise ValueError(f"weight transform takes {len(fields)} weights, expected {len(names)}")
+    params = [relax.Var(name, ty) for name, ty in zip(names, fields)]
+    unpack = relax.BindingBlock([relax.VarBinding(packed, relax.Tuple(params))])
+    body = relax.SeqExpr([unpack, *transform.body.blocks], transform.body.body)
+    return relax.Function(params, body, transform.ret_ty, transform.is_pure, transform.attrs,
+                          transform.span)
+
+
+@tvm.transform.module_pass(opt_level=0, name="LiftWeightTransforms")
+def lift_weight_transforms(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """Weight-only computation of every function with inputs and weights (``num_input``) moved
+    to ``{name}_transform_params``, which takes the weights by name."""
+    weights = {gvar.name_hint: [p.name for p in func.params[int(func.attrs["num_input"]):]]
+               for gvar, func in mod.functions_items()
+               if isinstance(func, relax.Function) and func.attrs and "num_input" in func.attrs}
+    mod = relax.transform.LiftTransformParams()(relax.transform.EliminateCommonSubexpr()(mod))
+    for name, names in weights.items():
+        transform = mod.get_global_var(name + TRANSFORM_SUFFIX)
+        mod[transform] = _named_inputs(mod[transform], names)
+    return mod
+
+
+def _gpu_kernels() -> tvm.transform.Pass:
+    """Our hand-written CPU kernels replaced by GPU ones (compile/gpu_lstm.py; imported here
+    only for GPU targets, so that CPU libraries do not depend on it)."""
+    from kokoro_tvm.compile.gpu_lstm import gpu_lstm_recurrence
+
+    return gpu_lstm_recurrence
+
+
+def _arange_kernel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """relax.arange as a TIR kernel even when its bounds are constants (TVM makes a table)."""
+    start, end, step = call.args
+    return bb.call_te(topi.arange, start, end, step, call.attrs.dtype)
+
+
+def _legalize(schedule: bool) -> tvm.transform.Pass:
+    # Whole powers as products and sin/cos with float64 argument reduction on every target:
+    # TVM's own forms are wrong on CUDA (schedules/math.py).
+    custom = {"relax.arange": _arange_kernel, **schedules.math.EVERY_TARGET}
+    if schedule:
+        custom.update(schedules.LEGALIZATIONS)
+    return relax.transform.LegalizeOps(customize_legalize_map=custom)
+
+
+def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: bool = True,
+          tuning_db: str | None = None) -> tvm.IRModule:
+    """``mod`` through the target's Relax pipeline (legalize, fuse, schedule, memory planning,
+    VM lowering): everything ``relax.build`` does before VM codegen and TIR compilation."""
+    with target:
+        return tvm.transform.Sequential(passes(target, schedule, tuning_db))(mod)
+
+
+def fused_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """The PrimFuncs ``lower`` would schedule, unscheduled: the pipeline up to FuseTIR.
+
+    These are exactly the functions the MetaSchedule database is later applied to, so tuning
+    records match them structurally."""
+    with target:
+        fused = tvm.transform.Sequential(passes(target, until="FuseTIR"))(mod)
+    return tvm.IRModule({gvar: func for gvar, func in fused.functions_items()
+                         if isinstance(func, tvm.tirx.PrimFunc)
+                         and not func.attrs.get("tirx.is_scheduled", False)})

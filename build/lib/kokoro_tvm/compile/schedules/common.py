@@ -1,0 +1,18 @@
+"""Helpers every legalization and schedule rule shares (as dlight keeps its own in one place)."""
+from __future__ import annotations
+
+import tvm
+from tvm import relax, s_tir
+
+
+def tvm_legalization(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """TVM's own legalization of ``call``: the fall-back of ours for cases they do not cover."""
+    return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+
+
+def root_blocks(sch: s_tir.Schedule) -> list:
+    """The blocks directly under the function's root block, in order (none without a root)."""
+    try:
+        return list(sch.get_child_blocks(sch.get_sblock("root")))
+    except Exception:  # noqa: BLE001 - TVM raises its own error types for a missing block
+        return []

@@ -1,0 +1,156 @@
+"""Register-tiled contractions: the one CPU schedule behind conv1d, conv_transpose1d and matmul.
+
+Each rule family legalizes its op into a TE compute whose main block is a contraction
+``out[..., row, ..., vec] += a[...] * b[...]`` and marks that block with ``ANNOTATION`` naming
+which spatial axes are the *row* axis (output channels, matrix rows: a scalar broadcast from the
+weight) and the *vec* axis (time, matrix columns: contiguous in the streamed operand). The
+legalization pads the vec axis to a whole number of tiles (``vec_multiple``) and crops after,
+so the tile never needs a tail.
+
+The schedule (``schedule_contraction``): tile row x vec into an ``R x (M * lanes)`` register
+block (R broadcasts and M vector loads feed R*M accumulators per reduction step), the whole
+reduction inside the tile, accumulators in a local buffer that LLVM keeps in registers, the
+epilogue (crop, bias, activations fused by FuseOps) written per tile, and the tile loops fused
+and parallel. Vec tiles are the outer tile loop so one input tile (all reduction rows) stays in
+cache while every row tile reuses it.
+"""
+from __future__ import annotations
+
+import json
+
+from tvm import s_tir, tirx
+from tvm.target import Target
+
+from kokoro_tvm.compile.schedules.common import root_blocks
+from kokoro_tvm.compile.schedules.cpu import CpuFacts, cpu_facts
+from kokoro_tvm.compile.schedules.elementwise import schedule_root_blocks
+
+ANNOTATION = "kokoro_tvm.contraction"
+MAX_VECTORS = 4  # vectors per accumulator row: more buys little and costs a longer tail
+
+
+def register_tile(facts: CpuFacts, rows: int, vec_extent: int) -> tuple[int, int]:
+    """(R, M): accumulator rows and vectors for ``rows`` output rows and a vec axis of
+    ``vec_extent`` elements (before padding).
+
+    R*M accumulators plus M vector operands and one broadcast must fit the register file;
+    R divides ``rows`` (no ragged row tiles); M is no more than the vec axis needs; among
+    fitting tiles the most accumulators win, then the most vectors (fewer broadcasts per FMA).
+    """
+    lanes = facts.lanes()
+    best = (1, 1)
+    for vectors in range(1, min(MAX_VECTORS, -(-vec_extent // lanes)) + 1):
+        budget = (facts.registers - vectors - 1) // vectors
+        r = max((d for d in range(1, min(rows, budget) + 1) if rows % d == 0), default=1)
+        if (r * vectors, vectors) > (best[0] * best[1], best[1]):
+            best = (r, vectors)
+    return best
+
+
+def vec_multiple(facts: CpuFacts, rows: int, vec_extent: int) -> int:
+    """What a legalization pads the vec axis to a multiple of: the vector tile M * lanes."""
+    return register_tile(facts, rows, vec_extent)[1] * facts.lanes()
+
+
+def annotation(row_axis: int, vec_axis: int) -> dict[str, str]:
+    """The block annotation a legalization puts on its contraction (TE ``attrs``)."""
+    return {ANNOTATION: json.dumps({"row": row_axis, "vec": vec_axis})}
+
+
+def _extent(sch: s_tir.Schedule, loop) -> int:
+    return int(sch.get(loop).extent)
+
+
+def find_contraction(sch: s_tir.Schedule) -> tuple[s_tir.schedule.SBlockRV, dict] | None:
+    """The annotated contraction block of the function, if any, and its axes."""
+    for block in root_blocks(sch):
+        ann = sch.get(block).annotations
+        if ANNOTATION in ann:
+            return block, json.loads(str(ann[ANNOTATION]))
+    return None
+
+
+def _try(fn, *args) -> bool:
+    try:
+        fn(*args)
+        return True
+    except Exception:  # noqa: BLE001 - a schedule primitive's refusal is an expected outcome
+        return False
+
+
+def vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
+    """Vectorizes the block's innermost loop in ``lanes`` chunks where its extent allows."""
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    extent = _extent(sch, loops[-1])
+    if extent % lanes == 0 and extent > lanes:
+        _, inner = sch.split(loops[-1], [None, lanes])
+        sch.vectorize(inner)
+    elif 1 < extent <= lanes:
+        sch.vectorize(loops[-1])
+
+
+def schedule_contraction(sch: s_tir.Schedule, block, axes: dict, facts: CpuFacts) -> None:
+    """Tiles, vectorizes and parallelizes the contraction ``block`` and its epilogue."""
+    lanes = facts.lanes()
+    stmt = sch.get(block)
+    kinds = [iv.iter_type for iv in stmt.iter_vars]
+    loops = sch.get_loops(block)
+    spatial = [l for l, k in zip(loops, kinds) if k == tirx.IterVar.DataPar]
+    reduce = [l for l, k in zip(loops, kinds) if k != tirx.IterVar.DataPar]
+    row, vec = spatial[axes["row"]], spatial[axes["vec"]]
+    others = [l for i, l in enumerate(spatial) if i not in (axes["row"], axes["vec"])]
+    rows, vecs = _extent(sch, row), _extent(sch, vec)
+    r, m = register_tile(facts, rows, vecs)
+    if vecs % lanes:
+        lanes = 1  # not a padded axis (a legalization chose not to pad): scalar tiles
+    m = max(1, min(m, vecs // lanes))
+    while vecs % (m * lanes):
+        m -= 1
+    ro, ri = sch.split(row, [None, r])
+    vo, vm, vi = sch.split(vec, [None, m, lanes])
+    sch.reorder(*others, vo, ro, *reduce, ri, vm, vi)
+
+    # Accumulate in a local tile, write it back (and run the epilogue) once per tile.
+    writeback = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(writeback, ro, preserve_unit_loops=True)
+    for consumer in _epilogue(sch, writeback):
+        if not _try(sch.reverse_compute_inline, consumer):
+            sch.reverse_compute_at(consumer, ro, preserve_unit_loops=True)
+    for b in _blocks_under(sch, ro):
+        if not sch.get(b).same_as(sch.get(block)):
+            vectorize_inner(sch, b, facts.lanes())
+    sch.parallel(sch.fuse(*others, vo, ro))
+    sch.unroll(ri)
+    sch.unroll(vm)
+    if lanes > 1:
+        sch.vectorize(vi)
+    if reduce:  # the init block's loops copy the unroll and vectorize annotations
+        sch.decompose_reduction(block, reduce[0])
+
+
+def _epilogue(sch: s_tir.Schedule, block) -> list:
+    """Blocks after ``block`` at the root, in order (the fused elementwise tail)."""
+    children = root_blocks(sch)
+    names = [sch.get(b).name_hint for b in children]
+    index = names.index(sch.get(block).name_hint)
+    return list(children[index + 1:])
+
+
+def _blocks_under(sch: s_tir.Schedule, loop) -> list:
+    return list(sch.get_child_blocks(loop))
+
+
+def apply_contraction(func: tirx.PrimFunc, target: Target) -> s_tir.Schedule | None:
+    """The schedule for a function holding an annotated contraction, or None."""
+    sch = s_tir.Schedule(func)
+    found = find_contraction(sch)
+    if found is None:
+        return None
+    block, axes = found
+    facts = cpu_facts(target)
+    schedule_contraction(sch, block, axes, facts)
+    # The side blocks left at the root (padding, weight regrouping, interleave).
+    schedule_root_blocks(sch, facts, skip=[block])
+    return sch

@@ -1,0 +1,77 @@
+"""Exact and cheaper forms of transcendental ops, as legalizations.
+
+Two sets. ``EVERY_TARGET`` are correctness fixes that ``lower`` applies for CPUs and GPUs alike:
+TVM's default forms are wrong on CUDA (``powf`` of a negative base is NaN there, and single-
+precision ``sin`` of the sine generator's phases, which reach 1e6, loses digits), so whole
+powers become products and sin/cos reduce their argument in float64 on every target
+(docs/decisions.md, "CUDA math"). ``CPU_ONLY`` are speed forms for our CPU schedules.
+
+- ``tanh`` (ALBERT's GELU): compile/fastmath.py's clamped rational approximation (Eigen's, as
+  ``topi.fast_tanh``), vectorizable, instead of a scalar libm call per element.
+- ``sin``, ``cos`` (the decoder's Snake activations, generator phase and sine source): the
+  vectorizable forms of compile/fastmath.py (float64 argument reduction, so phases of 1e6 stay
+  within an ulp of libm); libm's scalar ``sinf`` took 8 ns per element, a fifth of the AdaIN +
+  Snake kernels' time.
+- ``power`` by a small whole constant (``x ** 3`` in the GELU): repeated multiplication instead
+  of ``powf``, which LLVM cannot vectorize and which is NaN on CUDA for negative ``x``.
+
+Everything else keeps TVM's legalization.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relax, te
+
+from kokoro_tvm.compile import fastmath
+from kokoro_tvm.compile.schedules.common import tvm_legalization
+
+MAX_WHOLE_EXPONENT = 4
+
+
+def _elementwise(fn, name: str):
+    def legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        if call.args[0].ty.dtype != "float32":
+            return tvm_legalization(bb, call)
+        return bb.call_te(lambda x: te.compute(x.shape, lambda *i: fn(x(*i)), name=name),
+                          call.args[0], primfunc_name_hint=name)
+
+    return legalize
+
+
+legalize_tanh = _elementwise(fastmath.tanh, "tanh")
+legalize_sin = _elementwise(fastmath.sin, "sin")
+legalize_cos = _elementwise(fastmath.cos, "cos")
+
+
+def _whole_exponent(expr: relax.Expr) -> int | None:
+    """The exponent if it is a scalar constant equal to a whole number in 1..MAX, else None."""
+    if not isinstance(expr, tvm.ir.expr.Constant) or expr.value.numpy().size != 1:
+        return None
+    value = float(expr.value.numpy().reshape(()))
+    return int(value) if value.is_integer() and 1 <= value <= MAX_WHOLE_EXPONENT else None
+
+
+def _repeated_product(x: te.Tensor, exponent: int) -> te.Tensor:
+    def product(*i):
+        value = x(*i)
+        for _ in range(exponent - 1):
+            value = value * x(*i)
+        return value
+
+    return te.compute(x.shape, product, name="power")
+
+
+def legalize_power(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    base, exponent = call.args
+    whole = _whole_exponent(exponent)
+    if whole is None or base.ty.dtype != "float32":
+        return tvm_legalization(bb, call)
+    return bb.call_te(_repeated_product, base, whole, primfunc_name_hint="power")
+
+
+EVERY_TARGET = {
+    "relax.sin": legalize_sin,
+    "relax.cos": legalize_cos,
+    "relax.power": legalize_power,
+}
+CPU_ONLY = {"relax.tanh": legalize_tanh}

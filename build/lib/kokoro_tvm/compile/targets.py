@@ -1,0 +1,31 @@
+"""TVM targets from their dict form, e.g. ``{"kind": "llvm", "mcpu": "host", "num-cores": 2}``.
+
+TVM 0.27 rejects ``-mcpu=native``; ``"host"`` here means the CPU LLVM detects on this machine
+(``llvm_get_system_cpu``, e.g. ``znver4`` or ``rocketlake``). The detection happens when a target
+is made, so a build for ``host`` is specific to the machine that built it: configs that must be
+portable should name the CPU.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from tvm.target import codegen
+
+
+def host_cpu() -> str:
+    """LLVM's name for this machine's CPU."""
+    return str(codegen.llvm_get_system_cpu())
+
+
+def resolve_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options with ``mcpu: host`` replaced by the detected CPU name."""
+    resolved = dict(options)
+    if resolved.get("mcpu") == "host":
+        resolved["mcpu"] = host_cpu()
+    return resolved
+
+
+def make_target(options: dict[str, Any]) -> tvm.target.Target:
+    """A tvm.target.Target from the dict form, resolving ``mcpu: host``."""
+    return tvm.target.Target(resolve_options(options))

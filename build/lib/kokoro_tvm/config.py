@@ -1,0 +1,133 @@
+"""Loading and validating config.yaml: the JSON schema first, then what a schema cannot say.
+
+Every error names the offending key and says how to fix it, and is raised before any job runs
+(rules/common.smk calls ``validate_config`` when Snakemake parses the workflow).
+"""
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from kokoro_tvm.assets.voices import KNOWN_NPM_VOICES
+from kokoro_tvm.errors import UserError
+
+
+class ConfigError(UserError, ValueError):
+    """A config value that cannot work; the message names the key."""
+
+
+def schema() -> dict[str, Any]:
+    text = (importlib.resources.files("kokoro_tvm") / "schemas" / "config.schema.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def _key(path) -> str:
+    """'voices.names[2]' from jsonschema's path deque."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _type_command_line_values(value: Any, spec: dict[str, Any]) -> Any:
+    """``value`` with strings turned into the booleans and numbers ``spec`` asks for.
+
+    ``snakemake --config tuning='{enabled: true, max_trials: 16}'`` hands nested values over as
+    strings ('true', '16'); YAML-parsing such a string where the schema wants a boolean or a
+    number (and no string) gives what the user wrote. Anything else is left for the schema to
+    judge."""
+    if isinstance(value, dict):
+        properties = spec.get("properties", {})
+        for key, item in value.items():
+            if key in properties:
+                value[key] = _type_command_line_values(item, properties[key])
+        return value
+    if isinstance(value, list) and isinstance(spec.get("items"), dict):
+        return [_type_command_line_values(item, spec["items"]) for item in value]
+    types = spec.get("type", [])
+    types = {types} if isinstance(types, str) else set(types)
+    if not isinstance(value, str) or "string" in types:
+        return value
+    parsed = yaml.safe_load(value)
+    # bool is an int in Python: 'true' must not pass for an integer.
+    kind = ("boolean" if isinstance(parsed, bool) else "integer" if isinstance(parsed, int)
+            else "number" if isinstance(parsed, float) else None)
+    fits = kind in types or (kind == "integer" and "number" in types)
+    return parsed if fits else value
+
+
+def _check_schema(config: dict[str, Any]) -> None:
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = [f"config key '{_key(e.absolute_path)}': {e.message}" for e in errors]
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
+
+
+def _require_file(config: dict[str, Any], section: str, key: str, base: Path) -> None:
+    value = config[section].get(key)
+    if not value:
+        raise ConfigError(f"config key '{section}.{key}' is required when {section}.source is "
+                          f"'{config[section]['source']}': set it to a file path")
+    if not (base / value).is_file():
+        raise ConfigError(f"config key '{section}.{key}': no file at '{value}' "
+                          f"(relative paths are taken from {base})")
+
+
+def _check_weights(config: dict[str, Any], base: Path) -> None:
+    if config["weights"]["source"] == "path":
+        _require_file(config, "weights", "checkpoint", base)
+        _require_file(config, "weights", "model_config", base)
+
+
+def _check_voices(config: dict[str, Any], base: Path) -> None:
+    voices = config["voices"]
+    names = voices["names"]
+    if voices["source"] == "npm" and voices.get("npm_package") in KNOWN_NPM_VOICES:
+        known = KNOWN_NPM_VOICES[voices["npm_package"]]
+        for i, name in enumerate(names):
+            if name not in known:
+                raise ConfigError(f"config key 'voices.names[{i}]': unknown voice '{name}'; "
+                                  f"{voices['npm_package']} has: {', '.join(known)}")
+    if voices["source"] == "path":
+        folder = voices.get("folder")
+        if not folder or not (base / folder).is_dir():
+            raise ConfigError(f"config key 'voices.folder': '{folder}' is not a folder; set it to "
+                              "the folder holding {name}.npy, .bin or .pt voice files")
+        for i, name in enumerate(names):
+            if not any((base / folder / f"{name}{ext}").is_file() for ext in (".npy", ".bin", ".pt")):
+                raise ConfigError(f"config key 'voices.names[{i}]': no {name}.npy, .bin or .pt "
+                                  f"in '{folder}'")
+    report_voice = config.get("report", {}).get("voice")
+    if report_voice is not None and report_voice not in names:
+        raise ConfigError(f"config key 'report.voice': '{report_voice}' is not built; use one of "
+                          f"voices.names ({', '.join(names)}) or add it there")
+    if voices["source"] == "random" and config["weights"]["source"] != "random":
+        raise ConfigError("config key 'voices.source': random voices only make sense with random "
+                          "weights (weights.source: random); use npm, hf or path")
+
+
+def _check_targets(config: dict[str, Any]) -> None:
+    for i, target in enumerate(config["targets"]):
+        if target not in config["target_options"]:
+            raise ConfigError(f"config key 'targets[{i}]': no target_options entry for '{target}'; "
+                              f"defined: {', '.join(sorted(config['target_options']))}")
+
+
+def validate_config(config: dict[str, Any], base: str | Path = ".") -> dict[str, Any]:
+    """Raises ConfigError naming the key if ``config`` cannot work; returns it, with booleans
+    and numbers given as strings on Snakemake's command line typed (in place).
+
+    ``base`` is the folder relative paths in the config are taken from (Snakemake's workdir).
+    """
+    _type_command_line_values(config, schema())
+    _check_schema(config)
+    base = Path(base)
+    _check_weights(config, base)
+    _check_voices(config, base)
+    _check_targets(config)
+    return config

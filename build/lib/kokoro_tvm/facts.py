@@ -1,0 +1,12 @@
+"""Facts about Kokoro-82M that the model, build, runtime and measurement sides share, stated once.
+Plain values: importing this module imports nothing else."""
+
+SAMPLE_RATE = 24_000
+# 2 F0 values per frame, times prod(upsample_rates) (10 * 6) times the iSTFT hop (5).
+SAMPLES_PER_FRAME = 600
+# SineGen's harmonics: the fundamental and 8 overtones (Kokoro's Generator fixes harmonic_num=8).
+HARMONICS = 9
+# The compiled components, in the order a forward pass runs them (docs/architecture.md).
+COMPONENT_NAMES = ("bert", "duration", "text_encoder", "f0n", "decoder")
+# KModel's submodules: the checkpoint holds one state dict per submodule.
+SUBMODULES = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")

@@ -1,0 +1,1 @@
+"""Measurement: validation against PyTorch, benchmarks, the report and their metrics."""

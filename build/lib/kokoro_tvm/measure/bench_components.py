@@ -1,0 +1,158 @@
+"""Per-component latency: a target's built libraries against PyTorch eager, side by side.
+
+For every library in the target's manifest (component, LSTM method, bucket) and each of its
+functions: the component's example inputs at that bucket (real weights), the library's call and
+the PyTorch wrapper's method timed interleaved in one process (TVM, PyTorch, TVM, ...) so that
+load from other processes hits both alike, with the same thread count (TVM's pool reads
+``TVM_NUM_THREADS`` at start-up: the caller sets it). Reported per function: median
+milliseconds of each, their ratio, FLOPs (PyTorch's flop counter on the same call: matmuls and
+convolutions) and the GFLOP/s each reaches, beside the machine's practical peak: the best
+GFLOP/s PyTorch's BLAS reaches on a large square matmul at that thread count.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from kokoro_tvm import paths
+from kokoro_tvm.atomic import atomic_path, write_json
+from kokoro_tvm.model.components import COMPONENTS, run_reference
+from kokoro_tvm.model.patches import patched
+from kokoro_tvm.runtime.library import Library, Weights
+
+PathLike = str | Path
+PEAK_MATMUL_SIZE = 2048
+
+
+def _interleaved_ms(first: Callable[[], object], second: Callable[[], object],
+                    repeats: int) -> tuple[float, float]:
+    """Median milliseconds of two calls timed alternately, after one warm-up call of each."""
+    first(), second()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        for call, out in ((first, times[0]), (second, times[1])):
+            start = time.perf_counter()
+            call()
+            out.append(1e3 * (time.perf_counter() - start))
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def flops(call: Callable[[], object]) -> int:
+    """FLOPs of ``call`` by PyTorch's flop counter (matmuls and convolutions)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        call()
+    return int(counter.get_total_flops())
+
+
+def practical_peak_gflops(threads: int, repeats: int = 5) -> float:
+    """Best GFLOP/s of a float32 PEAK_MATMUL_SIZE^2 matmul in PyTorch at ``threads`` threads."""
+    torch.set_num_threads(threads)
+    a = torch.randn(PEAK_MATMUL_SIZE, PEAK_MATMUL_SIZE)
+    b = torch.randn(PEAK_MATMUL_SIZE, PEAK_MATMUL_SIZE)
+    torch.mm(a, b)
+    best = min(_timed(lambda: torch.mm(a, b)) for _ in range(repeats))
+    return 2 * PEAK_MATMUL_SIZE ** 3 / best / 1e9
+
+
+def _timed(call: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+def bench_library(kmodel, entry: dict[str, Any], library_path: PathLike, params: PathLike,
+                  repeats: int, seed: int = 0) -> list[dict[str, Any]]:
+    """One library: a row per function with both latencies, their ratio and GFLOP/s."""
+    component = COMPONENTS[entry["component"]]
+    inputs = component.example_inputs(kmodel, entry["bucket"], seed)
+    env = run_reference(kmodel, component.name, inputs)
+    arrays = {name: value.detach().numpy() for name, value in env.items()}
+    library = Library(library_path, Weights(params))
+    wrapper = component.wrapper(kmodel).eval()
+    rows = []
+    for fn in component.functions:
+        run_tvm = library.bind(fn.name, arrays)
+        method, args = getattr(wrapper, fn.method), tuple(env[i] for i in fn.inputs)
+
+        def run_torch():
+            with patched(component.patches), torch.no_grad():
+                method(*args)
+
+        counted = flops(run_torch)
+        tvm_ms, torch_ms = _interleaved_ms(run_tvm, run_torch, repeats)
+        rows.append({
+            "component": component.name, "lstm": entry["lstm"], "bucket": entry["bucket"],
+            "function": fn.name, "tvm_ms": round(tvm_ms, 3), "torch_ms": round(torch_ms, 3),
+            "ratio": round(tvm_ms / torch_ms, 3), "gflop": round(counted / 1e9, 4),
+            "tvm_gflops": round(counted / tvm_ms / 1e6, 2),
+            "torch_gflops": round(counted / torch_ms / 1e6, 2)})
+    return rows
+
+
+def benchmark(manifest: PathLike, checkpoint: PathLike, model_config: PathLike,
+              params: list[PathLike], threads: int, repeats: int = 5) -> dict[str, Any]:
+    """Every library of the manifest, timed against PyTorch at ``threads`` threads."""
+    from kokoro_tvm.model.kmodel import load_kmodel
+
+    torch.set_num_threads(threads)
+    document = json.loads(Path(manifest).read_text())
+    params_of = {Path(p).stem: Path(p) for p in params}
+    root = paths.work_folder(manifest)
+    kmodel = load_kmodel(model_config, checkpoint, disable_complex=True)
+    rows = []
+    for entry in sorted(document["libraries"],
+                        key=lambda e: (e["component"], e["lstm"], e["bucket"])):
+        if entry["component"] not in params_of:
+            raise ValueError(f"no params file given for {entry['component']}")
+        library = Path(entry["library"])
+        rows += bench_library(kmodel, entry, library if library.is_absolute() else root / library,
+                              params_of[entry["component"]], repeats)
+    return {"target": document["target"], "threads": threads, "repeats": repeats,
+            "practical_peak_gflops": round(practical_peak_gflops(threads), 1),
+            "worst_ratio": max((r["ratio"] for r in rows), default=None), "rows": rows}
+
+
+def plot(document: dict[str, Any], out: PathLike) -> None:
+    """TVM/PyTorch time ratio against the bucket, one line per component function and method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    series: dict[str, list[dict]] = {}
+    for row in document["rows"]:
+        series.setdefault(f"{row['component']}.{row['function']} ({row['lstm']})", []).append(row)
+    for label, rows in sorted(series.items()):
+        rows.sort(key=lambda r: r["bucket"])
+        ax.plot([r["bucket"] for r in rows], [r["ratio"] for r in rows], "o-", label=label)
+    ax.axhline(1.0, color="grey", lw=1)
+    ax.axhline(1.3, color="red", lw=1, ls="--", label="1.3x: at most 30% slower than PyTorch")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bucket (tokens or frames)")
+    ax.set_ylabel("TVM time / PyTorch time")
+    ax.set_title(f"{document['target']}, {document['threads']} threads")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+
+
+def run(manifest: PathLike, checkpoint: PathLike, model_config: PathLike,
+        params: list[PathLike], threads: int, out_json: PathLike, out_plot: PathLike,
+        repeats: int = 5) -> dict[str, Any]:
+    """results/bench/components/{target}.json and .png."""
+    document = benchmark(manifest, checkpoint, model_config, params, threads, repeats)
+    write_json(out_json, document)
+    plot(document, out_plot)
+    return document
+

@@ -1,0 +1,200 @@
+"""End-to-end speed: the TVM runtime, PyTorch eager and onnxruntime (int8 ONNX) on the same text.
+
+Each engine lives in its own child process (same sentences, same thread count), so that its
+peak memory is its own. The children load and warm up one after another (one run over the
+sentences: every library needed is loaded and its weights prepared), then measure in rounds,
+taking turns: round 1 TVM, PyTorch, onnxruntime, round 2 the same, ... so that a change in the
+machine's load or clock during the run hits every engine alike (one pass per engine, one after
+the other, moved PyTorch's RTF by 13% between two runs). Reported per engine: real-time factor
+(synthesis seconds / audio seconds over all sentences), median over the rounds with every
+round's value; first-audio latency (text in -> first sentence's audio out, streaming a
+multi-sentence text), median over the rounds; load seconds, peak RSS and whether PyTorch was
+loaded (the TVM engine runs in a runtime-only install when given its interpreter); plus each
+engine's median RTF relative to PyTorch's.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kokoro_tvm.atomic import write_json
+
+SENTENCES = (
+    "The quick brown fox jumps over the lazy dog.",
+    "She sells seashells by the seashore, and the shells she sells are surely seashells.",
+    "Compilers turn programs written for people into programs written for machines.",
+    "On a quiet morning in early spring, the old town slowly woke up to the sound of bells.",
+)
+ENGINES = ("tvm", "torch", "onnxruntime")
+ROUNDS = 5
+
+
+class OnnxEngine:
+    """Kokoro's int8 ONNX export under onnxruntime (its own iSTFT, no SineGen noise)."""
+
+    def __init__(self, onnx_path: str | Path, threads: int):
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.session = onnxruntime.InferenceSession(str(onnx_path), options,
+                                                    providers=["CPUExecutionProvider"])
+
+    def synthesize(self, ids, ref_s, speed, seed):
+        feeds = {"tokens": np.array([[0, *ids, 0]], dtype=np.int64),
+                 "style": np.asarray(ref_s, dtype=np.float32).reshape(1, -1),
+                 "speed": np.array([speed], dtype=np.float32)}
+        return self.session.run(None, feeds)[0].reshape(-1)
+
+
+def _make_engine(name: str, root: Path, target: str, threads: int):
+    """An engine and the folder its voices and vocabulary come from: the TVM runtime reads the
+    target's model folder, the others the build's assets (the same voices)."""
+    from kokoro_tvm import paths
+    from kokoro_tvm.runtime.model_folder import AssetFolder
+
+    if name == "tvm":
+        from kokoro_tvm.runtime.engine import TvmEngine
+
+        engine = TvmEngine(paths.artifact(paths.DIST, root, target=target))
+        return engine, engine.folder
+    if name == "torch":
+        import torch
+
+        from kokoro_tvm.model.reference import TorchEngine
+
+        torch.set_num_threads(threads)
+        return TorchEngine(root), AssetFolder.of_build(root)
+    return (OnnxEngine(paths.artifact(paths.ASSET_ONNX, root), threads),
+            AssetFolder.of_build(root))
+
+
+def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
+                  requests: multiprocessing.Queue, replies: multiprocessing.Queue) -> None:
+    """A child process: load and warm up one engine, then answer "round" requests with one
+    timed pass over the sentences and the first-audio latency, and "stop" with its figures."""
+    os.environ["TVM_NUM_THREADS"] = str(threads)  # read when TVM's thread pool starts
+    if name == "tvm":  # as `kokoro-tvm say` runs it
+        from kokoro_tvm.runtime.process import speak_only
+
+        speak_only()
+    from kokoro_tvm.facts import SAMPLE_RATE
+    from kokoro_tvm.runtime.speech import speak, speak_chunks
+
+    started = time.perf_counter()
+    engine, speaker = _make_engine(name, root, target, threads)
+    load_seconds = time.perf_counter() - started
+    for sentence in SENTENCES:  # warm-up: first calls load libraries, prepare weights, allocate
+        speak(engine, sentence, voice, speaker=speaker)
+    replies.put("ready")
+    while requests.get() == "round":
+        synth, audio = 0.0, 0.0
+        for sentence in SENTENCES:
+            started = time.perf_counter()
+            samples = len(speak(engine, sentence, voice, speaker=speaker))
+            synth += time.perf_counter() - started
+            audio += samples / SAMPLE_RATE
+        started = time.perf_counter()
+        next(iter(speak_chunks(engine, " ".join(SENTENCES), voice, speaker=speaker,
+                               per_sentence=True)))
+        replies.put({"synthesis_seconds": synth, "audio_seconds": audio,
+                     "first_audio_seconds": time.perf_counter() - started})
+    replies.put({"load_seconds": load_seconds, "python": sys.executable,
+                 "torch_loaded": "torch" in sys.modules,
+                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+
+
+def _reply(name: str, child, replies: multiprocessing.Queue):
+    """The child's next reply; an error instead of waiting forever if the child has died."""
+    while True:
+        try:
+            return replies.get(timeout=5)
+        except queue.Empty:
+            if not child.is_alive():
+                raise RuntimeError(f"the {name} engine's process exited (code {child.exitcode}) "
+                                   "before replying; its error is above") from None
+
+
+def benchmark(root: str | Path, target: str = "llvm", threads: int = 2, voice: str = "af_heart",
+              engines=ENGINES, rounds: int = ROUNDS,
+              runtime_python: str | None = None) -> dict[str, Any]:
+    """Every engine's figures, measured in interleaved rounds (module docstring). The TVM
+    engine runs under ``runtime_python`` when given: the interpreter of a runtime-only install
+    (no PyTorch), whose memory is what a deployment pays."""
+    context = multiprocessing.get_context("spawn")
+    children = {}
+    for name in engines:  # one at a time, so that loading and warm-up do not overlap
+        requests, replies = context.Queue(), context.Queue()
+        child = context.Process(target=_serve_engine, args=(name, Path(root), target, threads,
+                                                            voice, requests, replies))
+        # The spawn method's interpreter is process-wide: set for this child's start only.
+        context.set_executable(runtime_python if name == "tvm" and runtime_python
+                               else sys.executable)
+        child.start()
+        context.set_executable(sys.executable)
+        _reply(name, child, replies)
+        children[name] = (child, requests, replies)
+    measured: dict[str, list[dict[str, float]]] = {name: [] for name in engines}
+    for _ in range(rounds):
+        for name, (child, requests, replies) in children.items():
+            requests.put("round")
+            measured[name].append(_reply(name, child, replies))
+    results = []
+    for name, (child, requests, replies) in children.items():
+        requests.put("stop")
+        result = {"engine": name, **_reply(name, child, replies)}
+        child.join()
+        rtfs = [m["synthesis_seconds"] / m["audio_seconds"] for m in measured[name]]
+        result.update(rtf=statistics.median(rtfs), rtf_rounds=rtfs,
+                      audio_seconds=measured[name][0]["audio_seconds"],
+                      synthesis_seconds=statistics.median(
+                          m["synthesis_seconds"] for m in measured[name]),
+                      first_audio_seconds=statistics.median(
+                          m["first_audio_seconds"] for m in measured[name]))
+        results.append(result)
+    torch_rtf = next((r["rtf"] for r in results if r["engine"] == "torch"), None)
+    for result in results:
+        result["rtf_vs_torch"] = result["rtf"] / torch_rtf if torch_rtf else None
+    return {"target": target, "threads": threads, "voice": voice, "sentences": list(SENTENCES),
+            "rounds": rounds, "cpu_count": os.cpu_count(), "engines": results}
+
+
+def plot(figures: dict[str, Any], dest: str | Path) -> None:
+    """A bar chart of real-time factors (lower is faster)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kokoro_tvm.atomic import atomic_path
+
+    names = [r["engine"] for r in figures["engines"]]
+    rtfs = [r["rtf"] for r in figures["engines"]]
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.bar(names, rtfs, color=["tab:blue", "tab:orange", "tab:green"][:len(names)])
+    ax.set_ylabel("real-time factor (lower is faster)")
+    ax.set_title(f"Kokoro-82M, {figures['threads']} threads, target {figures['target']}")
+    fig.tight_layout()
+    with atomic_path(dest) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+
+
+def run(root: str | Path, target: str, threads: int, voice: str, engines: list[str],
+        rounds: int, out_json: str | Path, out_plot: str | Path,
+        runtime_python: str | None = None) -> dict[str, Any]:
+    """results/bench/e2e/{target}.json and .png."""
+    figures = benchmark(root, target, threads, voice, engines, rounds, runtime_python)
+    write_json(out_json, figures)
+    plot(figures, out_plot)
+    return figures

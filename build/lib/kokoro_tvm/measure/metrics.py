@@ -1,0 +1,93 @@
+"""The metrics every check uses, in numpy alone: the tight relative error, the log-mel
+spectrogram and SNR of waveforms, and their bars (docs/decisions.md, Fidelity). Validation, the
+GPU check, benchmarks, reports and tests all compute them here."""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from kokoro_tvm.facts import SAMPLE_RATE
+
+TIGHT_RELATIVE = 1e-4
+# The chained waveform's bars (docs/decisions.md, Fidelity): log-mel L1 at most
+# ``log_mel_l1``; SNR at least the probe's SNR minus ``snr_below_probe_db``, capped at
+# ``snr_db_cap``.
+SPECTRAL_TOLERANCES = {"log_mel_l1": 0.25, "snr_below_probe_db": 10.0, "snr_db_cap": 30.0}
+
+
+def snr_bar(probe_snr: float) -> float:
+    """The waveform's SNR bar given the probe's SNR at the same inputs."""
+    return min(SPECTRAL_TOLERANCES["snr_db_cap"],
+               probe_snr - SPECTRAL_TOLERANCES["snr_below_probe_db"])
+
+
+def metric(value: float, tolerance: float | None = None, bound: str = "max") -> dict[str, Any]:
+    """One metric; with a tolerance, ``passed`` says whether value is within it (NaN fails)."""
+    entry: dict[str, Any] = {"value": float(value), "tolerance": tolerance}
+    if tolerance is not None:
+        entry["bound"] = bound
+        ok = value <= tolerance if bound == "max" else value >= tolerance
+        entry["passed"] = bool(ok and np.isfinite(value))
+    return entry
+
+
+def tight_metrics(out: np.ndarray, ref: np.ndarray, tolerance: float | None
+                  ) -> dict[str, dict[str, Any]]:
+    """Max abs error, the output's scale, and their ratio (judged against ``tolerance``)."""
+    if out.shape != ref.shape:
+        return {"shape_matches": metric(0.0, 1.0, "min")}
+    err = float(np.max(np.abs(out.astype(np.float64) - ref))) if out.size else 0.0
+    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+    rel = err / scale if scale > 0 else err
+    return {"max_abs_error": metric(err), "scale": metric(scale),
+            "relative_error": metric(rel, tolerance)}
+
+
+@functools.lru_cache(maxsize=4)
+def mel_filterbank(n_fft: int = 1024, n_mels: int = 80, sample_rate: int = SAMPLE_RATE,
+                   fmin: float = 0.0, fmax: float | None = None) -> np.ndarray:
+    """Triangular mel filters [n_mels, n_fft//2+1] on the HTK mel scale."""
+    fmax = fmax or sample_rate / 2
+    mel = lambda f: 2595.0 * np.log10(1.0 + f / 700.0)  # noqa: E731
+    hz = lambda m: 700.0 * (10.0 ** (m / 2595.0) - 1.0)  # noqa: E731
+    edges = hz(np.linspace(mel(fmin), mel(fmax), n_mels + 2))
+    freqs = np.linspace(0, sample_rate / 2, n_fft // 2 + 1)
+    lower = (freqs[None, :] - edges[:-2, None]) / (edges[1:-1, None] - edges[:-2, None])
+    upper = (edges[2:, None] - freqs[None, :]) / (edges[2:, None] - edges[1:-1, None])
+    return np.maximum(0.0, np.minimum(lower, upper))
+
+
+def log_mel(audio: np.ndarray, n_fft: int = 1024, hop: int = 256) -> np.ndarray:
+    """Natural-log mel spectrogram [n_mels, frames] of a mono waveform (floor 1e-5)."""
+    x = np.asarray(audio, dtype=np.float64).reshape(-1)
+    x = np.pad(x, (n_fft // 2, n_fft // 2), mode="reflect")
+    frames = 1 + (len(x) - n_fft) // hop
+    index = np.arange(n_fft)[None, :] + hop * np.arange(frames)[:, None]
+    spec = np.abs(np.fft.rfft(x[index] * np.hanning(n_fft + 1)[:-1], axis=1)) ** 2
+    return np.log(np.maximum(mel_filterbank(n_fft) @ spec.T, 1e-5))
+
+
+def log_mel_l1(out: np.ndarray, ref: np.ndarray) -> float:
+    """Mean abs difference of natural-log mel energies."""
+    return float(np.mean(np.abs(log_mel(out) - log_mel(ref))))
+
+
+def snr_db(out: np.ndarray, ref: np.ndarray) -> float:
+    """Reference power over error power, in dB."""
+    noise = float(np.sum((out.astype(np.float64) - ref) ** 2))
+    return float(10 * np.log10(float(np.sum(ref.astype(np.float64) ** 2)) / max(noise, 1e-30)))
+
+
+def spectral_metrics(out: np.ndarray, ref: np.ndarray, probe: np.ndarray
+                     ) -> dict[str, dict[str, Any]]:
+    """Log-mel L1 and SNR of ``out`` against ``ref``, judged by SPECTRAL_TOLERANCES, the SNR
+    relative to the ``probe``'s (PyTorch under a rounding-sized input change)."""
+    probe_snr = snr_db(probe, ref)
+    return {
+        "log_mel_l1": metric(log_mel_l1(out, ref), SPECTRAL_TOLERANCES["log_mel_l1"], "max"),
+        "snr_db": metric(snr_db(out, ref), snr_bar(probe_snr), "min"),
+        "probe_log_mel_l1": metric(log_mel_l1(probe, ref)),
+        "probe_snr_db": metric(probe_snr),
+    }

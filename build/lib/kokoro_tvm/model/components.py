@@ -1,0 +1,221 @@
+"""Kokoro split into the five compiled components (docs/architecture.md, Components), and
+their export.
+
+Each component is data: which KModel modules it runs (a wrapper nn.Module), which patches of
+Kokoro it needs to export and import, how to make realistic inputs at a bucket, and the names of
+its outputs. One mechanism (``export_component``) exports all of them; the validation stage runs
+the same wrappers as the PyTorch reference.
+
+A component has one or more functions, run in order: each function's inputs come from the
+component's example inputs or from outputs of earlier functions. All components have one
+function ``main`` except the decoder, whose ill-conditioned harmonic source (``source``) is
+split from the rest (``body``) so that each can be validated on its own terms.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from kokoro_tvm.facts import COMPONENT_NAMES, SAMPLES_PER_FRAME
+from kokoro_tvm.model.inputs import (
+    bert_inputs,
+    decoder_inputs,
+    duration_inputs,
+    f0n_inputs,
+    text_encoder_inputs,
+)
+from kokoro_tvm.model.kmodel import model_device, on_device
+from kokoro_tvm.model.patches import patched
+from kokoro_tvm.model.unpadded import (
+    kokoro_decoder,
+    kokoro_duration,
+    kokoro_f0n,
+    kokoro_text_encoder,
+)
+from kokoro_tvm.model.wrappers import (
+    BertWrapper,
+    DecoderWrapper,
+    DurationWrapper,
+    F0NWrapper,
+    TextEncoderWrapper,
+)
+
+
+@dataclass(frozen=True)
+class Function:
+    """One exported function: a wrapper method, its argument names and its output names.
+
+    Names are lower case because torch.export lower-cases placeholder names, and the library's
+    parameters keep them: the runtime passes inputs by these names.
+    """
+
+    name: str
+    method: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    # False where the outputs are ill-conditioned in float32 (the decoder's harmonic source):
+    # validation reports their error and judges them through the chained component instead.
+    tight: bool = True
+
+
+@dataclass(frozen=True)
+class Component:
+    """A compiled unit of Kokoro: what to export, how to patch it, how to feed it."""
+
+    name: str
+    axis: str  # "tokens" or "frames": what the bucket counts
+    has_lstm: bool
+    patches: tuple[str, ...]
+    wrapper: Callable[[Any], nn.Module]
+    example_inputs: Callable[[Any, int, int], dict[str, torch.Tensor]]  # (kmodel, bucket, seed)
+    functions: tuple[Function, ...]
+    # Outputs of the chained functions judged by spectral metrics (ill-conditioned end to end),
+    # and the input and relative change whose effect on PyTorch shows rounding's share.
+    spectral_outputs: tuple[str, ...] = ()
+    spectral_probe: tuple[str, float] = ("", 0.0)
+    # Length-exact fidelity (docs/decisions.md, Fidelity), for components whose inputs carry a mask
+    # (True on padding): input or output name -> (its length axis, positions per valid one).
+    length_axes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Kokoro's own code for the component, unpatched, run on unpadded inputs (the reference):
+    # takes the component's ``inputs`` by name, returns the last function's outputs.
+    kokoro: Callable[..., tuple[torch.Tensor, ...]] | None = None
+
+    @property
+    def mask_input(self) -> str:
+        """The input that is True on padding (text_mask or frame_mask)."""
+        return next(name for name in self.length_axes if name.endswith("_mask"))
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(o for f in self.functions for o in f.outputs)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The inputs of all functions that no earlier function produces, in order."""
+        names: list[str] = []
+        for fn in self.functions:
+            names += [i for i in fn.inputs if i not in names and i not in self.outputs]
+        return tuple(names)
+
+
+COMPONENTS: dict[str, Component] = {c.name: c for c in (
+    Component("bert", "tokens", False, (), BertWrapper, bert_inputs,
+              (Function("main", "forward", ("input_ids", "attention_mask"), ("d_en",)),)),
+    Component("duration", "tokens", True, ("packed_lstm",), DurationWrapper, duration_inputs,
+              (Function("main", "forward", ("d_en", "s", "text_mask"), ("d", "durations")),),
+              length_axes={"d_en": (2, 1), "text_mask": (1, 1), "d": (1, 1),
+                           "durations": (1, 1)}, kokoro=kokoro_duration),
+    Component("text_encoder", "tokens", True, ("packed_lstm",), TextEncoderWrapper,
+              text_encoder_inputs,
+              (Function("main", "forward", ("input_ids", "text_mask"), ("t_en",)),),
+              length_axes={"input_ids": (1, 1), "text_mask": (1, 1), "t_en": (2, 1)},
+              kokoro=kokoro_text_encoder),
+    Component("f0n", "frames", True, (), F0NWrapper, f0n_inputs,
+              (Function("main", "forward", ("en", "s", "frame_mask"), ("f0", "n")),),
+              length_axes={"en": (2, 1), "frame_mask": (1, 1), "f0": (1, 2), "n": (1, 2)},
+              kokoro=kokoro_f0n),
+    Component("decoder", "frames", False, ("sinegen_noise_inputs", "stft_phase_where"),
+              DecoderWrapper, decoder_inputs,
+              (Function("source", "source", ("f0", "phase_noise", "sine_noise", "frame_mask"),
+                        ("har",), tight=False),
+               Function("body", "body", ("asr", "f0", "n", "s", "har", "frame_mask"),
+                        ("audio",))),
+              spectral_outputs=("audio",), spectral_probe=("f0", 1e-6),
+              # 600 samples per frame: 2 F0 values per frame, x prod(upsample_rates) * hop.
+              length_axes={"asr": (2, 1), "f0": (1, 2), "n": (1, 2), "frame_mask": (1, 1),
+                           "sine_noise": (1, SAMPLES_PER_FRAME),
+                           "audio": (1, SAMPLES_PER_FRAME)},
+              kokoro=kokoro_decoder),
+)}
+assert tuple(COMPONENTS) == COMPONENT_NAMES
+
+
+# --------------------------------------------------------------------------------------------
+# Running and exporting.
+# --------------------------------------------------------------------------------------------
+
+
+class _Bound(nn.Module):
+    """A wrapper's method as a module's forward, which is what torch.export exports."""
+
+    def __init__(self, wrapper: nn.Module, method: str):
+        super().__init__()
+        for child_name, child in wrapper.named_children():  # parameter names stay KModel's
+            self.add_module(child_name, child)
+        # The wrapper's bound method, so torch.export names the inputs after its arguments.
+        self.forward = getattr(wrapper, method)
+
+
+def _as_tuple(out) -> tuple[torch.Tensor, ...]:
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def run_reference(kmodel, name: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """All functions of a component in PyTorch, chained, on the model's device: example inputs
+    plus every output."""
+    component = COMPONENTS[name]
+    wrapper = component.wrapper(kmodel).eval()
+    env = on_device(inputs, model_device(kmodel))
+    with patched(component.patches), torch.no_grad():
+        for fn in component.functions:
+            outs = _as_tuple(getattr(wrapper, fn.method)(*(env[i] for i in fn.inputs)))
+            env.update(zip(fn.outputs, outs))
+    return env
+
+
+def valid_length(name: str, inputs: dict[str, torch.Tensor]) -> int:
+    """The utterance's length in the bucket's units (tokens or frames), from its mask."""
+    return int((~inputs[COMPONENTS[name].mask_input]).sum())
+
+
+def crop(name: str, values: dict[str, Any], length: int) -> dict[str, Any]:
+    """Inputs or outputs of a component cut to ``length`` valid positions along their length
+    axes; values without a length axis are kept."""
+    axes = COMPONENTS[name].length_axes
+    return {key: value[(slice(None),) * axes[key][0] + (slice(0, length * axes[key][1]),)]
+            if key in axes else value for key, value in values.items()}
+
+
+def run_exact_length(kmodel, name: str, inputs: dict[str, torch.Tensor]
+                     ) -> dict[str, torch.Tensor]:
+    """Unpatched Kokoro on the utterance without its padding: the outputs at exactly its length,
+    which the valid part of a bucketed run must equal."""
+    component = COMPONENTS[name]
+    cropped = crop(name, inputs, valid_length(name, inputs))
+    cropped[component.mask_input] = torch.zeros_like(cropped[component.mask_input])
+    cropped = on_device(cropped, model_device(kmodel))
+    with torch.no_grad():
+        outs = component.kokoro(kmodel, **{i: cropped[i] for i in component.inputs})
+    return dict(zip(component.functions[-1].outputs, _as_tuple(outs)))
+
+
+def export_component(kmodel, name: str, bucket: int, seed: int = 0
+                     ) -> dict[str, torch.export.ExportedProgram]:
+    """Function name -> ExportedProgram at static shapes for ``bucket``.
+
+    Later functions are traced on the reference outputs of earlier ones (the decoder body on
+    the harmonic source), so every function sees realistic values while tracing.
+    """
+    component = COMPONENTS[name]
+    wrapper = component.wrapper(kmodel).eval()
+    env = run_reference(kmodel, name, component.example_inputs(kmodel, bucket, seed))
+    programs = {}
+    with patched(component.patches), torch.no_grad(), warnings.catch_warnings():
+        # weight_norm's pre-hook and LSTM.flatten_parameters assign tensor attributes while
+        # tracing; the traced values derive from the registered parameters, so this is benign.
+        warnings.filterwarnings("ignore", message="The tensor attributes .* were assigned")
+        for fn in component.functions:
+            args = tuple(env[i] for i in fn.inputs)
+            programs[fn.name] = torch.export.export(_Bound(wrapper, fn.method), args, strict=False)
+    return programs
+
+
+def component_params(kmodel, name: str) -> dict[str, Any]:
+    """The component's weights under KModel's state-dict keys: the names its libraries' weight
+    inputs carry (the importer names them so), the same for every bucket and LSTM method."""
+    wrapper = COMPONENTS[name].wrapper(kmodel)
+    return {key: value.detach().cpu().numpy() for key, value in wrapper.named_parameters()}

@@ -1,0 +1,145 @@
+"""Patches of Kokoro for export and import. Each patch is a function returning the (owner,
+attribute, new value) replacements it makes; ``patched`` applies a list of them by name and
+restores the originals."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kokoro_tvm.model.packed_lstm import run_lstm
+
+Replacement = tuple[Any, str, Any]
+_MISSING = object()
+
+
+class _Padded(NamedTuple):
+    """What the ``packed_lstm`` patch's pack_padded_sequence returns: the padded batch and its
+    lengths, for the patched nn.LSTM.forward to hand to the packed_lstm op."""
+
+    data: torch.Tensor
+    lengths: torch.Tensor
+
+
+def _packed_lstm() -> list[Replacement]:
+    """pack_padded_sequence -> LSTM -> pad_packed_sequence through the ``packed_lstm`` op.
+
+    torch.export fails inside torch's packing (``zeros(): ... got FakeTensor``). With this patch
+    packing only pairs the padded batch with its lengths, nn.LSTM.forward on such a pair calls
+    ``kokoro_tvm::packed_lstm`` (one node in the exported graph, nn.LSTM's packed semantics), and
+    unpacking returns the [B, T, 2H] result, zero beyond each length, as
+    ``pad_packed_sequence(..., total_length=T)`` would. nn.LSTM called on a plain tensor is
+    unchanged.
+    """
+    original_forward = nn.LSTM.forward
+
+    def pack(x, lengths, batch_first=False, enforce_sorted=True):
+        if not batch_first:
+            raise NotImplementedError("packed_lstm patch: Kokoro packs batch-first sequences")
+        return _Padded(x, torch.as_tensor(lengths))
+
+    def lstm_forward(self, input, hx=None):
+        if not isinstance(input, _Padded):
+            return original_forward(self, input, hx)
+        if hx is not None:
+            raise NotImplementedError("packed_lstm patch: Kokoro's LSTMs start from zero state")
+        return _Padded(run_lstm(self, input.data, input.lengths), input.lengths), None
+
+    def unpack(sequence, batch_first=False, padding_value=0.0, total_length=None):
+        if not (isinstance(sequence, _Padded) and batch_first and padding_value == 0.0):
+            raise NotImplementedError("packed_lstm patch: unpacks its own batch-first output")
+        return sequence.data, sequence.lengths
+
+    rnn = torch.nn.utils.rnn
+    return [(rnn, "pack_padded_sequence", pack), (rnn, "pad_packed_sequence", unpack),
+            (nn.LSTM, "forward", lstm_forward)]
+
+
+def _sinegen_noise_inputs() -> list[Replacement]:
+    """SineGen's random draws become arguments, so the runtime passes them as graph inputs.
+
+    TVM has no converter for ``torch.rand``/``randn_like``. The replacements take
+    ``phase_noise`` ~ U[0,1) [B, harmonics] (the random initial phase; harmonic 0 is zeroed as in
+    Kokoro) and ``sine_noise`` ~ N(0,1) [B, samples, harmonics]. Seeding torch and drawing
+    ``torch.rand(B, harmonics)`` then ``torch.empty(B, harmonics, samples).transpose(1, 2)
+    .normal_()`` reproduces Kokoro's draws exactly (its ``randn_like`` fills a transposed view,
+    and torch draws different values into strided memory). The noise branch of
+    SourceModuleHnNSF, which the generator never uses, is dropped.
+    """
+    from kokoro.istftnet import SineGen, SourceModuleHnNSF
+
+    def f02sine(self, f0_values, phase_noise):
+        assert not self.flag_for_pulse, "Kokoro's SineGen runs without flag_for_pulse"
+        rad = (f0_values / self.sampling_rate) % 1
+        initial = torch.cat([torch.zeros_like(phase_noise[:, :1]), phase_noise[:, 1:]], dim=1)
+        rad = torch.cat([rad[:, :1, :] + initial[:, None, :], rad[:, 1:, :]], dim=1)
+        rad = F.interpolate(rad.transpose(1, 2), scale_factor=1 / self.upsample_scale,
+                            mode="linear").transpose(1, 2)
+        phase = torch.cumsum(rad, dim=1) * 2 * torch.pi
+        phase = F.interpolate(phase.transpose(1, 2) * self.upsample_scale,
+                              scale_factor=self.upsample_scale, mode="linear").transpose(1, 2)
+        return torch.sin(phase)
+
+    def sinegen_forward(self, f0, phase_noise, sine_noise):
+        harmonics = torch.arange(1, self.harmonic_num + 2, dtype=f0.dtype, device=f0.device)
+        sine_waves = self._f02sine(f0 * harmonics, phase_noise) * self.sine_amp
+        uv = self._f02uv(f0)
+        noise = (uv * self.noise_std + (1 - uv) * self.sine_amp / 3) * sine_noise
+        return sine_waves * uv + noise, uv, noise
+
+    def source_forward(self, x, phase_noise, sine_noise):
+        sine_wavs, uv, _ = self.l_sin_gen(x, phase_noise, sine_noise)
+        return self.l_tanh(self.l_linear(sine_wavs)), None, uv
+
+    return [(SineGen, "_f02sine", f02sine), (SineGen, "forward", sinegen_forward),
+            (SourceModuleHnNSF, "forward", source_forward)]
+
+
+def _stft_phase_where() -> list[Replacement]:
+    """CustomSTFT.transform with its boolean-mask assignment written as ``torch.where``.
+
+    TVM's importer rejects the boolean index_put (``IndexPut requires ... integer dtype``).
+    """
+    from kokoro.custom_stft import CustomSTFT
+
+    def transform(self, waveform):
+        if self.center:
+            pad = self.n_fft // 2
+            waveform = F.pad(waveform, (pad, pad), mode=self.pad_mode)
+        x = waveform.unsqueeze(1)
+        real = F.conv1d(x, self.weight_forward_real, bias=None, stride=self.hop_length, padding=0)
+        imag = F.conv1d(x, self.weight_forward_imag, bias=None, stride=self.hop_length, padding=0)
+        magnitude = torch.sqrt(real ** 2 + imag ** 2 + 1e-14)
+        phase = torch.atan2(imag, real)
+        phase = torch.where((imag == 0) & (real < 0), torch.full_like(phase, torch.pi), phase)
+        return magnitude, phase
+
+    return [(CustomSTFT, "transform", transform)]
+
+
+PATCHES: dict[str, Callable[[], list[Replacement]]] = {
+    "packed_lstm": _packed_lstm,
+    "sinegen_noise_inputs": _sinegen_noise_inputs,
+    "stft_phase_where": _stft_phase_where,
+}
+
+
+@contextlib.contextmanager
+def patched(names: tuple[str, ...] | list[str]) -> Iterator[None]:
+    """Applies the named patches for the duration of the block, then restores the originals."""
+    saved: list[tuple[Any, str, Any]] = []
+    try:
+        for name in names:
+            for owner, attr, value in PATCHES[name]():
+                saved.append((owner, attr, vars(owner).get(attr, _MISSING)))
+                setattr(owner, attr, value)
+        yield
+    finally:
+        for owner, attr, old in reversed(saved):
+            if old is _MISSING:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, old)

@@ -1,0 +1,56 @@
+"""The PyTorch reference synthesizer: kokoro's KModel on our assets, exactly as Kokoro runs it.
+
+Every compiled artifact is judged against this engine.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from kokoro_tvm import paths
+from kokoro_tvm.facts import HARMONICS, SAMPLES_PER_FRAME
+from kokoro_tvm.model.kmodel import kmodel_from_params, load_kmodel
+
+
+class TorchEngine:
+    """KModel.forward_with_tokens with a seeded SineGen (its noise is the only randomness)."""
+
+    def __init__(self, root: str | Path = ".", *, disable_complex: bool = False, kmodel=None):
+        self.kmodel = kmodel or load_kmodel(paths.artifact(paths.ASSET_CONFIG, root),
+                                            paths.artifact(paths.ASSET_WEIGHTS, root),
+                                            disable_complex=disable_complex)
+
+    @classmethod
+    def of_model_folder(cls, folder) -> TorchEngine:
+        """KModel on the weights of a model folder (runtime/model_folder.py): the reference on
+        exactly what its libraries run."""
+        params = sorted({entry["params"] for entry in folder.libraries})
+        return cls(kmodel=kmodel_from_params(folder.file(paths.MODEL_CONFIG),
+                                             [folder.file(p) for p in params]))
+
+    def synthesize(self, ids: list[int], ref_s: np.ndarray, speed: float, seed: int) -> np.ndarray:
+        return self.synthesize_with_durations(ids, ref_s, speed, seed)[0]
+
+    def synthesize_with_durations(self, ids: list[int], ref_s: np.ndarray, speed: float,
+                                  seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """Audio and the integer frame count of every token, pads included."""
+        torch.manual_seed(seed)
+        input_ids = torch.tensor([[0, *ids, 0]], dtype=torch.long)
+        style = torch.from_numpy(np.asarray(ref_s, dtype=np.float32).reshape(1, -1))
+        with torch.inference_mode():
+            audio, durations = self.kmodel.forward_with_tokens(input_ids, style, speed)
+        return audio.numpy().astype(np.float32), durations.numpy()
+
+
+def kokoro_noise(seed: int, frames: int) -> tuple[np.ndarray, np.ndarray]:
+    """The random draws KModel's SineGen makes after ``torch.manual_seed(seed)``, in its order:
+    initial phases, then the Gaussian noise, which ``randn_like`` draws into a transposed view
+    of [1, harmonics, samples] memory (torch draws different values into strided memory).
+    Lets the TVM runtime reproduce this engine."""
+    harmonics, samples = HARMONICS, SAMPLES_PER_FRAME * frames
+    torch.manual_seed(seed)
+    phase = torch.rand(1, harmonics)
+    sine = torch.empty(1, harmonics, samples).transpose(1, 2).normal_()
+    return phase.numpy(), sine.contiguous().numpy()

@@ -1,0 +1,60 @@
+"""The artifact layout (docs/architecture.md, Artifacts): every path the pipeline, runtime and
+tests use.
+
+Each pattern is a ``str.format`` template whose fields are the artifact's dimensions; Snakemake
+rules use the same strings as wildcard patterns. No other module composes an artifact path.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+RESULTS = "results"
+
+# A model folder (results/dist/{target}, copied anywhere): what the runtime reads, relative to
+# the folder. results/assets keeps the model config and voices under the same names, so the
+# voice and vocabulary loaders read either folder.
+MODEL_MANIFEST = "manifest.json"
+MODEL_CONFIG = "config.json"
+MODEL_VOICE_DIR = "voices"
+MODEL_VOICE = f"{MODEL_VOICE_DIR}/{{voice}}.npy"
+MODEL_PARAMS = "params/{component}.npz"
+MODEL_LIBRARY = "lib/{component}/{lstm}/b{bucket}.so"
+
+ASSETS = f"{RESULTS}/assets"
+ASSET_WEIGHTS = f"{ASSETS}/kokoro-82m.pth"
+ASSET_CONFIG = f"{ASSETS}/{MODEL_CONFIG}"
+ASSET_PROVENANCE = f"{ASSETS}/provenance.json"
+ASSET_ONNX = f"{ASSETS}/kokoro-v1.0.int8.onnx"
+ASSET_VOICE_DIR = f"{ASSETS}/{MODEL_VOICE_DIR}"
+ASSET_VOICE = f"{ASSETS}/{MODEL_VOICE}"
+ASSET_VOICES_PROVENANCE = f"{ASSET_VOICE_DIR}/provenance.json"
+
+EXPORT = f"{RESULTS}/export/{{component}}/b{{bucket}}.pt2"
+RELAX = f"{RESULTS}/relax/{{component}}/{{lstm}}/b{{bucket}}.json"
+PARAMS = f"{RESULTS}/params/{{component}}.npz"
+TUNE = f"{RESULTS}/tune/{{target}}/{{component}}/{{lstm}}/b{{bucket}}"
+LOWERED = f"{RESULTS}/lowered/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.json"
+LIBRARY = f"{RESULTS}/lib/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.so"
+LIBRARY_META = f"{RESULTS}/lib/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.meta.json"
+VALIDATION = f"{RESULTS}/validate/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.json"
+MANIFEST = f"{RESULTS}/manifest/{{target}}.json"
+DIST = f"{RESULTS}/dist/{{target}}"
+BENCH_LSTM = f"{RESULTS}/bench/lstm/{{target}}.json"
+BENCH_LSTM_PLOT = f"{RESULTS}/bench/lstm/{{target}}.png"
+BENCH_COMPONENTS = f"{RESULTS}/bench/components/{{target}}.json"
+BENCH_COMPONENTS_PLOT = f"{RESULTS}/bench/components/{{target}}.png"
+BENCH_E2E = f"{RESULTS}/bench/e2e/{{target}}.json"
+BENCH_E2E_PLOT = f"{RESULTS}/bench/e2e/{{target}}.png"
+REPORT_VALIDATION = f"{RESULTS}/report/validation/{{target}}.html"
+REPORT_SPECTROGRAM = f"{RESULTS}/report/spectrogram/{{target}}.png"
+
+
+def work_folder(manifest: str | Path) -> Path:
+    """The folder whose results/ holds ``manifest``: the paths a manifest lists are relative
+    to it."""
+    return Path(manifest).resolve().parents[MANIFEST.count("/")]
+
+
+def artifact(pattern: str, root: str | Path = ".", **dims) -> Path:
+    """The path of one artifact: ``pattern`` filled with its dimensions, under ``root``."""
+    return Path(root) / pattern.format(**dims)

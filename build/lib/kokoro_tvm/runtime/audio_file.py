@@ -1,0 +1,59 @@
+"""Audio files out: the format comes from the file name and is checked before any synthesis; the
+file is written under a temporary name and renamed, so a failed run leaves an existing file as
+it was."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from kokoro_tvm.atomic import atomic_path
+from kokoro_tvm.errors import UserError
+from kokoro_tvm.facts import SAMPLE_RATE
+
+# File name suffix -> libsndfile format and the subtype written (16-bit PCM where lossless).
+FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": ("OGG", "VORBIS"),
+           ".mp3": ("MP3", "MPEG_LAYER_III")}
+
+
+class OutputError(UserError):
+    """An output file that cannot be written; the message names the fix."""
+
+
+def _writable_folder(dest: Path) -> Path:
+    """The nearest existing folder above ``dest`` (where the missing ones will be made)."""
+    folder = dest.absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    return folder
+
+
+def check_output(dest: str | os.PathLike) -> tuple[str, str]:
+    """The (format, subtype) ``dest`` is written in; an OutputError if its suffix names no
+    format this machine's libsndfile writes, or its folder is not writable."""
+    import soundfile
+
+    dest = Path(dest)
+    writable = [suffix for suffix, (fmt, subtype) in FORMATS.items()
+                if soundfile.check_format(fmt, subtype)]
+    suffix = dest.suffix.lower()
+    if suffix not in writable:
+        what = f"'{suffix}' files" if suffix else "a file name without an extension"
+        raise OutputError(f"cannot write {what} ({dest}); name the output {', '.join(writable)} "
+                          "(or - with --stream for raw PCM)")
+    if dest.is_dir():
+        raise OutputError(f"{dest} is a folder: give a file name such as {dest / 'speech.wav'}")
+    folder = _writable_folder(dest)
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise OutputError(f"cannot write {dest}: {folder} is not a writable folder")
+    return FORMATS[suffix]
+
+
+def write_audio(dest: str | os.PathLike, audio: np.ndarray) -> None:
+    """``audio`` (float32 at SAMPLE_RATE) written to ``dest`` in the format its name says."""
+    import soundfile
+
+    fmt, subtype = check_output(dest)
+    with atomic_path(dest) as tmp:
+        soundfile.write(tmp, audio, SAMPLE_RATE, format=fmt, subtype=subtype)

@@ -1,0 +1,197 @@
+"""Speaking with the compiled libraries: Kokoro's forward pass, bucketed, with no PyTorch.
+
+For one chunk of T tokens the engine picks, per component, the smallest bucket that fits, pads
+with zeros and masks, runs bert -> duration -> (host: durations, alignment) -> text_encoder ->
+f0n -> decoder, and trims the audio to 600 samples per valid frame. Libraries and weights come
+from a model folder (runtime/model_folder.py), each file checked against its sha256 when first
+used. They run on the device the folder's manifest names (the CPU, or the first CUDA GPU, where
+each component's weights are uploaded and prepared once).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from kokoro_tvm.facts import COMPONENT_NAMES, HARMONICS, SAMPLES_PER_FRAME
+from kokoro_tvm.runtime import cuda
+from kokoro_tvm.runtime.library import Library, Weights
+from kokoro_tvm.runtime.model_folder import ModelFolder, ModelFolderError
+from kokoro_tvm.runtime.speech import ChunkTooLong
+
+# Preferred LSTM lowering when a folder has several, fastest first (bench_lstm, real sizes:
+# tir_vec runs 5-22x faster than tir, and duration's LSTMs at 512 tokens in 39 ms against 72 ms
+# unrolled, which is also by far the slowest to build).
+LSTM_PREFERENCE = ("tir_vec", "tir", "unroll")
+
+
+class BucketMissing(ChunkTooLong, ModelFolderError):
+    """No bucket fits: the speaker splits the chunk, and reports this if it cannot."""
+
+
+@dataclass
+class Buckets:
+    """One component's libraries by bucket, loaded on first use."""
+
+    component: str
+    entries: dict[int, dict[str, Any]]
+    folder: ModelFolder
+    weights: Weights
+    loaded: dict[int, Library] = field(default_factory=dict)
+
+    def fit(self, size: int) -> int:
+        fitting = [b for b in self.entries if b >= size]
+        if not fitting:
+            largest = max(self.entries)
+            wanted = 1 << (size - 1).bit_length()
+            raise BucketMissing(
+                f"{self.component} needs a bucket of at least {size} (largest in "
+                f"{self.folder.path}: {largest}); add {wanted} to buckets.{self.component} in "
+                f"config.yaml and rebuild the folder: snakemake --cores 2 "
+                f"results/dist/{self.folder.target}")
+        return min(fitting)
+
+    def library(self, bucket: int) -> Library:
+        if bucket not in self.loaded:
+            self.loaded[bucket] = Library(self.folder.file(self.entries[bucket]["library"]),
+                                          self.weights)
+        return self.loaded[bucket]
+
+    def run(self, bucket: int, function: str, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """``function`` of the library at ``bucket`` (a size ``fit`` chose)."""
+        return self.library(bucket)(function, inputs)
+
+
+def _device(folder: ModelFolder, kernels: Sequence[Path]):
+    """The device the folder's libraries run on, with cuda kernels taken from ``kernels``."""
+    kinds = {entry["device"] for entry in folder.libraries}
+    if len(kinds) != 1:
+        raise ModelFolderError(f"{folder.path} mixes devices {sorted(kinds)}: rebuild it with: "
+                               f"snakemake --cores 2 results/dist/{folder.target}")
+    (kind,) = kinds
+    return cuda.device(kind, kernels)
+
+
+def load_components(folder: ModelFolder, lstm: str | None,
+                    kernels: Sequence[Path] = ()) -> dict[str, Buckets]:
+    """Each component's buckets, with the LSTM lowering ``lstm`` where built, else the fastest."""
+    if not folder.libraries:
+        left_out = folder.manifest["left_out"]
+        raise ModelFolderError(
+            f"{folder.path} has no validated libraries ({len(left_out)} were built for "
+            f"{folder.target} but not validated on the build machine); validate them on that "
+            "device (for cuda, a machine with an NVIDIA GPU and nvcc): snakemake --cores 2 "
+            f"--forcerun validate --config targets='[\"{folder.target}\"]' "
+            f"results/dist/{folder.target}")
+    device = _device(folder, kernels)
+    by_component: dict[str, dict[str, dict[int, dict]]] = {}
+    for entry in folder.libraries:
+        by_component.setdefault(entry["component"], {}).setdefault(entry["lstm"], {})[
+            entry["bucket"]] = entry
+    missing = [name for name in COMPONENT_NAMES if name not in by_component]
+    if missing:
+        raise ModelFolderError(f"{folder.path} has no {', '.join(missing)} libraries: rebuild "
+                               f"it with: snakemake --cores 2 results/dist/{folder.target}")
+    components = {}
+    for component, methods in by_component.items():
+        choice = lstm if lstm in methods else next(
+            (m for m in (*LSTM_PREFERENCE, "none") if m in methods), sorted(methods)[0])
+        chosen = methods[choice]
+        params = folder.file(next(iter(chosen.values()))["params"])
+        components[component] = Buckets(component, chosen, folder, Weights(params, device))
+    return components
+
+
+def _padded(values: np.ndarray, size: int, axis: int = -1) -> np.ndarray:
+    """``values`` zero-padded along ``axis`` to ``size``."""
+    pad = [(0, 0)] * values.ndim
+    pad[axis] = (0, size - values.shape[axis])
+    return np.pad(values, pad)
+
+
+Noise = Callable[[int, int], tuple[np.ndarray, np.ndarray]]
+
+
+def numpy_noise(seed: int, frames: int) -> tuple[np.ndarray, np.ndarray]:
+    """SineGen's random draws for ``frames`` frames: initial phases U[0,1) [1, harmonics] and
+    Gaussian noise [1, samples, harmonics]."""
+    rng = np.random.default_rng(seed)
+    return (rng.random((1, HARMONICS), dtype=np.float32),
+            rng.standard_normal((1, SAMPLES_PER_FRAME * frames, HARMONICS), dtype=np.float32))
+
+
+class TvmEngine:
+    """Kokoro from the compiled libraries of a model folder; see the module docstring.
+
+    ``noise`` draws SineGen's randomness for the valid frames (padding gets zeros); the default
+    needs only numpy, ``reference.kokoro_noise`` reproduces PyTorch's draws for comparisons.
+    """
+
+    def __init__(self, folder: ModelFolder | str | Path, *, lstm: str | None = None,
+                 noise: Noise = numpy_noise, kernels: Sequence[Path] = ()):
+        self.folder = folder if isinstance(folder, ModelFolder) else ModelFolder(folder)
+        self.components = load_components(self.folder, lstm, kernels)
+        self.noise = noise
+        self.timings: dict[str, float] = {}
+
+    def _timed(self, stage: str, started: float) -> None:
+        self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - started
+
+    def synthesize(self, ids: list[int], ref_s: np.ndarray, speed: float, seed: int) -> np.ndarray:
+        return self.synthesize_with_durations(ids, ref_s, speed, seed)[0]
+
+    def synthesize_with_durations(self, ids: list[int], ref_s: np.ndarray, speed: float,
+                                  seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """Audio and the integer frame count of every token (pads included), as TorchEngine."""
+        c = self.components
+        ref_s = np.asarray(ref_s, dtype=np.float32).reshape(1, -1)
+        style_decoder, style_prosody = ref_s[:, :128], ref_s[:, 128:]
+        tokens = np.array([[0, *ids, 0]], dtype=np.int64)
+        n = tokens.shape[1]
+
+        def text_inputs(bucket: int) -> dict[str, np.ndarray]:
+            mask = np.arange(bucket)[None, :] >= n  # True on padding, as in KModel
+            return {"input_ids": _padded(tokens, bucket), "text_mask": mask,
+                    "attention_mask": (~mask).astype(np.int64)}
+
+        started = time.perf_counter()
+        bucket = c["bert"].fit(n)
+        (d_en,) = c["bert"].run(bucket, "main", text_inputs(bucket))
+        bucket = c["duration"].fit(n)
+        (d, durations) = c["duration"].run(bucket, "main", {
+            **text_inputs(bucket), "d_en": _padded(d_en[:, :, :n], bucket), "s": style_prosody})
+        bucket = c["text_encoder"].fit(n)
+        (t_en,) = c["text_encoder"].run(bucket, "main", text_inputs(bucket))
+        self._timed("text", started)
+
+        started = time.perf_counter()
+        frames = np.maximum(np.round(durations[0, :n] / speed), 1).astype(np.int64)
+        index = np.repeat(np.arange(n), frames)  # the alignment, as a gather
+        total = len(index)
+        en = d[0, :n].T[None, :, index]
+        asr = t_en[:, :, :n][:, :, index]
+        self._timed("align", started)
+
+        started = time.perf_counter()
+        bucket = c["f0n"].fit(total)
+        (f0, noise_n) = c["f0n"].run(bucket, "main", {
+            "en": _padded(en, bucket), "s": style_prosody,
+            "frame_mask": np.arange(bucket)[None, :] >= total})  # True on padding
+        self._timed("f0n", started)
+
+        started = time.perf_counter()
+        bucket = c["decoder"].fit(total)
+        phase_noise, sine_noise = self.noise(seed, total)
+        f0 = _padded(f0[:, :2 * total], 2 * bucket)
+        noise_n = _padded(noise_n[:, :2 * total], 2 * bucket)
+        common = {"f0": f0, "frame_mask": np.arange(bucket)[None, :] >= total}  # True on padding
+        (har,) = c["decoder"].run(bucket, "source", {
+            **common, "phase_noise": phase_noise,
+            "sine_noise": _padded(sine_noise, SAMPLES_PER_FRAME * bucket, axis=1)})
+        (audio,) = c["decoder"].run(bucket, "body", {
+            **common, "asr": _padded(asr, bucket), "n": noise_n, "s": style_decoder, "har": har})
+        self._timed("decoder", started)
+        return audio[0, :SAMPLES_PER_FRAME * total].astype(np.float32), frames

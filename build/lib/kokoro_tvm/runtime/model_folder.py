@@ -1,0 +1,128 @@
+"""A model folder (results/dist/{target}, copied anywhere): its manifest, checked files, voices
+and phoneme vocabulary. Every path the runtime opens comes from here, relative to the folder."""
+from __future__ import annotations
+
+import functools
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+from kokoro_tvm import paths
+from kokoro_tvm.atomic import sha256_file
+from kokoro_tvm.errors import UserError
+
+# The manifest layout this runtime reads (kokoro_tvm/stages/dist.py writes it).
+FORMAT = 1
+DEFAULT_MODEL = paths.DIST.format(target="llvm")
+
+
+class ModelFolderError(UserError):
+    """A model folder that is missing, incomplete, changed since it was built, or for another
+    machine."""
+
+
+def _rebuild_hint(folder: Path) -> str:
+    return (f"rebuild it with `snakemake --cores 2 {DEFAULT_MODEL}` (or results/dist/TARGET) "
+            f"and copy that folder to {folder}")
+
+
+class ModelFolder:
+    """The model folder at ``path``; its manifest is read and checked when opened, each file's
+    sha256 when it is first used."""
+
+    def __init__(self, path: str | Path = DEFAULT_MODEL):
+        self.path = Path(path).expanduser()
+        manifest = self.path / paths.MODEL_MANIFEST
+        if not manifest.is_file():
+            built = sorted(p.name for p in self.path.parent.glob("*") if p.is_dir())
+            hint = (f" (model folders there: {', '.join(built)})" if built
+                    else f"; build one with `snakemake --cores 2 {DEFAULT_MODEL}`")
+            raise ModelFolderError(f"{self.path} is not a model folder: it has no "
+                                   f"{paths.MODEL_MANIFEST}{hint}")
+        try:
+            self.manifest: dict[str, Any] = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ModelFolderError(f"{manifest} cannot be read ({err}); "
+                                   f"{_rebuild_hint(self.path)}") from err
+        if self.manifest.get("format") != FORMAT:
+            raise ModelFolderError(f"{self.path} has model folder format "
+                                   f"{self.manifest.get('format')}; this kokoro-tvm reads format "
+                                   f"{FORMAT}: {_rebuild_hint(self.path)}")
+        self._check_architecture()
+        self._checked: set[str] = set()
+
+    def _check_architecture(self) -> None:
+        built_for = self.manifest["architecture"]
+        here = platform.machine()
+        aliases = {"arm64": "aarch64", "AMD64": "x86_64"}  # macOS and Windows spellings
+        if aliases.get(here, here) != built_for:
+            raise ModelFolderError(f"{self.path} holds libraries for {built_for}; this machine "
+                                   f"is {here}: build that target's folder (for example "
+                                   "results/dist/aarch64) and use it instead")
+
+    @property
+    def target(self) -> str:
+        return self.manifest["target"]
+
+    @property
+    def libraries(self) -> list[dict[str, Any]]:
+        return self.manifest["libraries"]
+
+    @property
+    def voices(self) -> list[str]:
+        return list(self.manifest["voices"])
+
+    def file(self, relative: str) -> Path:
+        """The path of one file the manifest lists, after checking its sha256 (once)."""
+        path = self.path / relative
+        expected = self.manifest["files"].get(relative)
+        if expected is None:
+            raise ModelFolderError(f"{relative} is not in {self.path}'s manifest; "
+                                   f"{_rebuild_hint(self.path)}")
+        if relative not in self._checked:
+            if not path.is_file():
+                raise ModelFolderError(f"{path} is listed in the model folder's manifest but "
+                                       f"missing: {_rebuild_hint(self.path)}")
+            if sha256_file(path) != expected:
+                raise ModelFolderError(f"{path} does not match the model folder's sha256: it "
+                                       f"changed after the build; {_rebuild_hint(self.path)}")
+            self._checked.add(relative)
+        return path
+
+    @functools.cached_property
+    def vocab(self) -> dict[str, int]:
+        """Phoneme -> token id, from the model config."""
+        return load_vocab(self.file(paths.MODEL_CONFIG))
+
+    def voice_file(self, name: str) -> Path:
+        return self.file(paths.MODEL_VOICE.format(voice=name))
+
+
+def load_vocab(model_config: str | Path) -> dict[str, int]:
+    """The phoneme vocabulary of a model config.json (a model folder's or results/assets')."""
+    return json.loads(Path(model_config).read_text(encoding="utf-8"))["vocab"]
+
+
+class AssetFolder:
+    """results/assets read like a model folder: its voices and vocabulary (same names), for the
+    PyTorch reference and measurements that run beside the build."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    @property
+    def voices(self) -> list[str]:
+        return sorted(p.stem for p in (self.path / paths.MODEL_VOICE_DIR).glob("*.npy"))
+
+    def voice_file(self, name: str) -> Path:
+        return self.path / paths.MODEL_VOICE.format(voice=name)
+
+    @functools.cached_property
+    def vocab(self) -> dict[str, int]:
+        return load_vocab(self.path / paths.MODEL_CONFIG)
+
+    @classmethod
+    def of_build(cls, root: str | Path = ".") -> AssetFolder:
+        """The assets of the build whose results/ is in ``root``."""
+        return cls(paths.artifact(paths.ASSETS, root))

@@ -1,0 +1,61 @@
+"""Voices at synthesis time: by name, or a weighted blend such as 'af_heart:0.7,am_adam:0.3'."""
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from kokoro_tvm.errors import UserError
+
+
+class VoiceError(UserError):
+    """A voice that is not among the built assets, or a malformed blend."""
+
+
+class VoiceFolder(Protocol):
+    """Where voices are: a model folder, or results/assets (runtime/model_folder.py)."""
+
+    @property
+    def voices(self) -> list[str]: ...
+
+    def voice_file(self, name: str): ...
+
+
+def parse_blend(spec: str) -> list[tuple[str, float]]:
+    """'a:0.7,b:0.3' -> [('a', 0.7), ('b', 0.3)]; a bare name has weight 1."""
+    parts = []
+    for item in spec.split(","):
+        name, _, weight = item.strip().partition(":")
+        try:
+            parts.append((name.strip(), float(weight) if weight else 1.0))
+        except ValueError:
+            raise VoiceError(f"voice '{spec}': weight '{weight}' of {name} is not a number") from None
+    if not parts or any(not name for name, _ in parts):
+        raise VoiceError(f"voice '{spec}': expected NAME or NAME:WEIGHT,NAME:WEIGHT")
+    if sum(w for _, w in parts) <= 0:
+        raise VoiceError(f"voice '{spec}': weights must add up to more than 0")
+    return parts
+
+
+def check_voice(spec: str, folder: VoiceFolder) -> list[tuple[str, float]]:
+    """The blend ``spec`` names, each voice checked to be in ``folder``."""
+    parts = parse_blend(spec)
+    known = folder.voices
+    for name, _ in parts:
+        if name not in known:
+            raise VoiceError(f"unknown voice '{name}'; voices here: {', '.join(known) or 'none'}. "
+                             "Add it to voices.names in config.yaml and run snakemake")
+    return parts
+
+
+def load_voice(spec: str, folder: VoiceFolder) -> np.ndarray:
+    """The [510, 1, 256] style table for a voice name or blend; blend weights are normalised."""
+    parts = check_voice(spec, folder)
+    total = sum(w for _, w in parts)
+    return sum(w / total * np.load(folder.voice_file(name))
+               for name, w in parts).astype(np.float32)
+
+
+def style_for(table: np.ndarray, n_phonemes: int) -> np.ndarray:
+    """Kokoro's ref_s for an utterance of ``n_phonemes`` tokens (pads excluded): one table row."""
+    return table[min(max(n_phonemes, 1), len(table)) - 1]

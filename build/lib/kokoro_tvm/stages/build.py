@@ -1,0 +1,44 @@
+"""Build: code generation and linking into a code-only library, with its metadata."""
+from __future__ import annotations
+
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from kokoro_tvm.atomic import sha256_file, write_json
+from kokoro_tvm.stages.common import IMPORT_FIGURES, PathLike
+
+
+def _module_figure(mod, name: str):
+    value = (mod.attrs or {}).get(f"kokoro_tvm.{name}")
+    return None if value is None else float(value) if "seconds" in name else int(value)
+
+
+def build(lowered_json: PathLike, params: PathLike, target_name: str,
+          target_options: dict[str, Any], dims: dict[str, Any], out_so: PathLike,
+          out_meta: PathLike) -> dict[str, Any]:
+    """results/lib/{target}/...: the code-only library and its .meta.json."""
+    import tvm
+
+    from kokoro_tvm.compile.build import build_library
+    from kokoro_tvm.compile.devices import architecture, cross_compiler, device_kind
+    from kokoro_tvm.compile.targets import make_target
+
+    mod = tvm.ir.load_json(Path(lowered_json).read_text())
+    target = make_target(target_options)
+    figures = {name: _module_figure(mod, name) for name in IMPORT_FIGURES}
+    for name in IMPORT_FIGURES:  # timings must not reach the library: builds stay reproducible
+        mod = mod.without_attr(f"kokoro_tvm.{name}")
+    info = build_library(mod, target, out_so, cross_compiler(target_options))
+    meta = {
+        **dims, **info,
+        "target": target_name, "target_string": str(target), "library": str(out_so),
+        "device": device_kind(target_options), "architecture": architecture(target_options),
+        "library_sha256": sha256_file(out_so),
+        "library_bytes": Path(out_so).stat().st_size,
+        "params_sha256": sha256_file(params),
+        **figures,
+        "versions": {d: version(d) for d in ("apache-tvm", "torch", "kokoro")},
+    }
+    write_json(out_meta, meta)
+    return meta

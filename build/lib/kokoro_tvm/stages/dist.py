@@ -1,0 +1,89 @@
+"""Dist: a target's validated libraries and everything the runtime reads, in one folder that can
+be copied anywhere (a model folder; layout in kokoro_tvm/paths.py, MODEL_*)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kokoro_tvm import paths
+from kokoro_tvm.atomic import sha256_file, umask, write_json
+from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.stages.common import PathLike
+
+# The manifest layout the runtime reads (kokoro_tvm/runtime/model_folder.py); raised when it
+# changes incompatibly.
+FORMAT = 1
+
+
+def _place(source: Path, folder: Path, relative: str, files: dict[str, str]) -> None:
+    """``source`` at ``folder/relative`` (a hard link where the filesystem allows, since
+    artifacts are replaced by rename, never rewritten in place), its sha256 in ``files``."""
+    dest = folder / relative
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copyfile(source, dest)
+    files[relative] = sha256_file(dest)
+
+
+def _replace_folder(tmp: Path, out: Path) -> None:
+    """``tmp`` renamed to ``out``; an existing ``out`` is moved aside first and removed after."""
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old."))
+        os.replace(out, old / out.name)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old)
+
+
+def write_dist(manifest: PathLike, model_config: PathLike, voices: list[PathLike],
+               out: PathLike) -> dict[str, Any]:
+    """results/dist/{target}/: the target's validated libraries, their params, the model config
+    (with the phoneme vocabulary) and the voices, with a manifest of paths relative to the
+    folder and each file's sha256. Libraries not validated here (another device or
+    architecture) are left out and listed with the reason. Written beside ``out`` and renamed
+    into place, so an interrupted run leaves the previous folder or none."""
+    build = json.loads(Path(manifest).read_text())
+    work = paths.work_folder(manifest)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp."))
+    try:
+        files: dict[str, str] = {}
+        libraries, left_out = [], []
+        for entry in build["libraries"]:
+            dims = {key: entry[key] for key in ("component", "lstm", "bucket")}
+            if entry["passed"] is not True:
+                left_out.append({**dims, "validation_status": entry["validation_status"]})
+                continue
+            library = paths.MODEL_LIBRARY.format(**dims)
+            params = paths.MODEL_PARAMS.format(component=entry["component"])
+            _place(work / entry["library"], tmp, library, files)
+            if params not in files:
+                _place(paths.artifact(paths.PARAMS, work, component=entry["component"]), tmp,
+                       params, files)
+            libraries.append({**dims, "library": library, "params": params,
+                              "device": entry["device"]})
+        _place(Path(model_config), tmp, paths.MODEL_CONFIG, files)
+        names = sorted(Path(voice).stem for voice in voices)
+        for voice in voices:
+            _place(Path(voice), tmp, paths.MODEL_VOICE.format(voice=Path(voice).stem), files)
+        architectures = sorted({entry["architecture"] for entry in build["libraries"]})
+        document = {"format": FORMAT, "target": build["target"],
+                    "architecture": architectures[0] if len(architectures) == 1 else architectures,
+                    "sample_rate": SAMPLE_RATE, "voices": names, "libraries": libraries,
+                    "left_out": left_out, "files": files}
+        write_json(tmp / paths.MODEL_MANIFEST, document)
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes 0700; give the folder the usual mode
+        _replace_folder(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return document
+

@@ -1,0 +1,30 @@
+"""Tune (optional): a MetaSchedule database for one library's kernels."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kokoro_tvm.atomic import write_json
+from kokoro_tvm.stages.common import PathLike
+
+
+def tune(relax_json: PathLike, target_options: dict[str, Any], max_trials: int,
+         trials_per_task: int, out_dir: PathLike) -> dict[str, Any]:
+    """results/tune/{target}/...: a MetaSchedule database for one library's kernels, written
+    to a scratch folder and moved into place when complete (with its figures as JSON)."""
+    import shutil
+
+    import tvm
+
+    from kokoro_tvm.compile.targets import make_target
+    from kokoro_tvm.compile.tune import tune as tune_kernels
+
+    out_dir = Path(out_dir)
+    scratch = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(scratch, ignore_errors=True)
+    mod = tvm.ir.load_json(Path(relax_json).read_text())
+    figures = tune_kernels(mod, make_target(target_options), scratch, max_trials, trials_per_task)
+    write_json(scratch / "figures.json", figures)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    scratch.rename(out_dir)
+    return figures
