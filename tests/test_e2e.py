@@ -6,16 +6,20 @@ by an offline recogniser, and must give PyTorch's exact-length result whichever 
 """
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import pytest
-from conftest import model_folder
+import soundfile
+from conftest import BIN, model_folder
 from transcribe import transcribe, word_error_rate
 
+from kokoro_tvm.facts import SAMPLE_RATE
 from kokoro_tvm.measure.metrics import snr_db
 from kokoro_tvm.model.reference import TorchEngine, kokoro_noise
 from kokoro_tvm.runtime.engine import TvmEngine
 from kokoro_tvm.runtime.g2p import phonemizer, token_ids
-from kokoro_tvm.runtime.model_folder import AssetFolder
+from kokoro_tvm.runtime.model_folder import AssetFolder, ModelFolder
 from kokoro_tvm.runtime.speech import speak
 from kokoro_tvm.runtime.voices import load_voice, style_for
 
@@ -80,3 +84,53 @@ def test_spectrogram_figure(real_built, tmp_path):
     figures = spectrogram_comparison(real_built, "llvm", SENTENCES[0], "af_heart", out)
     assert out.read_bytes().startswith(b"\x89PNG")
     assert figures["snr_db"] >= MIN_SNR_DB and figures["seconds"] > 1
+
+
+def test_console_script_speaks_a_text_file_longer_than_any_bucket(real_built, tmp_path):
+    """`kokoro-tvm say --file` with the default (TVM) engine: a text longer than the largest
+    token (64) and frame (512) buckets, at speed 0.7, is split into pieces that fit and is
+    still heard."""
+    text = tmp_path / "long.txt"
+    text.write_text(" ".join(SENTENCES * 2), encoding="utf-8")
+    out = tmp_path / "long.flac"
+    done = subprocess.run([str(BIN / "kokoro-tvm"), "say", "--file", str(text), "--speed", "0.7",
+                           "--model", str(model_folder(real_built)), "-o", str(out), "--verbose"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    audio, rate = soundfile.read(out, dtype="float32")
+    chunks = [line for line in done.stderr.splitlines() if line.strip().startswith("chunk ")]
+    assert rate == SAMPLE_RATE and len(audio) / rate > 512 * 600 / SAMPLE_RATE  # > one bucket
+    assert len(chunks) >= 2
+    heard = transcribe(audio)
+    assert word_error_rate(" ".join(SENTENCES * 2), heard) <= 0.3, heard
+
+
+def test_stream_writes_each_sentence_as_raw_pcm(real_built):
+    done = subprocess.run([str(BIN / "kokoro-tvm"), "say", "-", "--stream", "-o", "-",
+                           "--model", str(model_folder(real_built))],
+                          input=b"Hello there. How are you today?", capture_output=True)
+    stderr = done.stderr.decode()
+    assert done.returncode == 0, stderr
+    assert "chunk 1 at 0.00 s" in stderr and "chunk 2 at" in stderr
+    pcm = np.frombuffer(done.stdout, dtype="<i2")
+    assert 2.0 < len(pcm) / SAMPLE_RATE < 5.0
+    heard = transcribe(pcm.astype(np.float32) / 32767)
+    assert word_error_rate("Hello there. How are you today?", heard) <= 0.4, heard
+
+
+def test_torch_engine_of_the_cli_is_the_validated_reference(real_built, tmp_path):
+    """`--engine torch` builds KModel from the model folder's own params: the same audio as
+    the build's checkpoint gives (the reference validation compares against)."""
+    out = tmp_path / "torch.wav"
+    done = subprocess.run([str(BIN / "kokoro-tvm"), "say", SENTENCES[0], "--engine", "torch",
+                           "--model", str(model_folder(real_built)), "-o", str(out)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    folder = ModelFolder(model_folder(real_built))
+    from_folder = speak(TorchEngine.of_model_folder(folder), SENTENCES[0], "af_heart",
+                        speaker=folder)
+    from_checkpoint = speak(TorchEngine(real_built), SENTENCES[0], "af_heart",
+                            speaker=AssetFolder.of_build(real_built))
+    np.testing.assert_array_equal(from_folder, from_checkpoint)
+    written, _ = soundfile.read(out, dtype="float32")
+    np.testing.assert_allclose(written, from_folder, atol=1 / 32767)  # 16-bit PCM

@@ -23,8 +23,8 @@ SPEED = 40.0
 def test_exact_fit_matches_pytorch(built):
     """Durations identical; audio at >= 60 dB SNR against KModel given the same noise draws."""
     voice = np.load(built / "results/assets/voices/af_heart.npy")[len(IDS) - 1]
-    tvm_audio, tvm_frames = TvmEngine(model_folder(built), noise=kokoro_noise).synthesize_with_durations(
-        IDS, voice, SPEED, 3)
+    engine = TvmEngine(model_folder(built), noise=kokoro_noise)
+    tvm_audio, tvm_frames = engine.synthesize_with_durations(IDS, voice, SPEED, 3)
     torch_audio, torch_frames = TorchEngine(built, disable_complex=True).synthesize_with_durations(
         IDS, voice, SPEED, 3)
     np.testing.assert_array_equal(tvm_frames, torch_frames)

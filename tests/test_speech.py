@@ -55,9 +55,9 @@ def test_chunk_edges_are_faded(tiny_assets):
 
 def test_progress_is_reported_per_piece(tiny_assets):
     seen = []
-    chunks = list(speak_chunks(LimitedEngine(10_000), TEXT, "af_heart", speaker=AssetFolder.of_build(tiny_assets),
-                               per_sentence=True, progress=lambda done, total: seen.append(
-                                   (done, total))))
+    chunks = list(speak_chunks(LimitedEngine(10_000), TEXT, "af_heart",
+                               speaker=AssetFolder.of_build(tiny_assets), per_sentence=True,
+                               progress=lambda done, total: seen.append((done, total))))
     assert seen == [(i, 3) for i in (1, 2, 3)]  # three sentences
     assert len(chunks) == 3
 

@@ -35,6 +35,8 @@ def check_output(dest: str | os.PathLike) -> tuple[str, str]:
     import soundfile
 
     dest = Path(dest)
+    if dest.is_dir():
+        raise OutputError(f"{dest} is a folder: give a file name such as {dest / 'speech.wav'}")
     writable = [suffix for suffix, (fmt, subtype) in FORMATS.items()
                 if soundfile.check_format(fmt, subtype)]
     suffix = dest.suffix.lower()
@@ -42,8 +44,6 @@ def check_output(dest: str | os.PathLike) -> tuple[str, str]:
         what = f"'{suffix}' files" if suffix else "a file name without an extension"
         raise OutputError(f"cannot write {what} ({dest}); name the output {', '.join(writable)} "
                           "(or - with --stream for raw PCM)")
-    if dest.is_dir():
-        raise OutputError(f"{dest} is a folder: give a file name such as {dest / 'speech.wav'}")
     folder = _writable_folder(dest)
     if not folder.is_dir() or not os.access(folder, os.W_OK):
         raise OutputError(f"cannot write {dest}: {folder} is not a writable folder")

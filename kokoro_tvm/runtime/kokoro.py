@@ -23,10 +23,10 @@ from kokoro_tvm.runtime.model_folder import DEFAULT_MODEL, ModelFolder
 from kokoro_tvm.runtime.speech import Chunk, Engine, SpeechError, speak_chunks
 from kokoro_tvm.runtime.voices import check_voice
 
-# Speeds Kokoro speaks intelligibly: durations are divided by the speed and rounded to whole
-# frames (at least one per token), so faster than 2x merges phonemes and slower than 0.5x
-# stretches them into drawls; the ASR check of the end-to-end sentences (docs/decisions.md,
-# Speed range) keeps its word error within 10 points of speed 1 inside this range.
+# Speeds Kokoro stays intelligible at: durations are divided by the speed and rounded to whole
+# frames, so fast speech merges phonemes and slow speech drawls. Chosen by the ASR check
+# (docs/decisions.md, Speed range): kokoro-onnx's range, outside which word error climbs
+# quickly on both voices measured.
 SPEED_RANGE = (0.5, 2.0)
 
 

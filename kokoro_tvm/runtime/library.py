@@ -100,7 +100,10 @@ class Library:
         self.transforms = dict(transforms or {})
         self.device = weights.device
         self.module = tvm.runtime.load_module(str(so_path))
-        self.vm = VirtualMachine(self.module, weights.device)
+        # TVM's naive allocator frees what a call allocated when the call ends; the pooled one
+        # keeps every bucket's activations reserved (33 MB more at peak on the end-to-end
+        # sentences, at the same speed: docs/decisions.md, Runtime memory).
+        self.vm = VirtualMachine(self.module, weights.device, memory_cfg="naive")
         self._prepared: dict[str, list] = {}
 
     def _weight(self, name: str):
@@ -111,17 +114,15 @@ class Library:
     def prepared(self, function: str) -> list:
         """``function``'s prepared weights (computed on the first call, then kept).
 
-        The transform runs in a VM of its own with TVM's naive allocator, which frees what it
-        allocates: under the pooled one that calls use, its intermediates and the duplicates
-        dropped by ``Weights.shared`` would stay reserved (about 200 MB for the decoder)."""
+        A transform with the fingerprint of one another library of the component ran is not run
+        again: its prepared weights are taken from there."""
         if function not in self._prepared:
             fingerprint = self.transforms.get(function)
             if fingerprint in self.weights.by_transform:
                 self._prepared[function] = self.weights.by_transform[fingerprint]
                 return self._prepared[function]
-            once = VirtualMachine(self.module, self.device, memory_cfg="naive")
             self._prepared[function] = self.weights.shared(
-                prepare_weights(once, function, self._weight, self.path))
+                prepare_weights(self.vm, function, self._weight, self.path))
             if fingerprint is not None:
                 self.weights.by_transform[fingerprint] = self._prepared[function]
         return self._prepared[function]

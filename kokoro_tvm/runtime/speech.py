@@ -6,9 +6,7 @@ text the same way.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
 import numpy as np

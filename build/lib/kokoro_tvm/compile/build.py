@@ -10,11 +10,13 @@ compiler (``cross_compiler``); CUDA kernels are compiled with nvcc (``gpu.nvcc_c
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import time
 from typing import Any
 
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm.support import cc
 
@@ -33,8 +35,27 @@ def _outputs(ret_ty) -> list[dict[str, Any]]:
     return [_tensor_signature(t) for t in fields]
 
 
+def transform_fingerprint(mod: tvm.IRModule, name: str) -> str:
+    """A hash of the function ``name`` and every function it calls (structural hashes, which
+    ignore the names of variables, in call order). Two libraries whose weight transforms have
+    the same fingerprint prepare the same tensors from the same weights, so the runtime
+    prepares them once (runtime/library.py)."""
+    hashes, seen = [], set()
+    pending = [mod.get_global_var(name)]
+    while pending:
+        gvar = pending.pop(0)
+        if gvar.name_hint in seen:
+            continue
+        seen.add(gvar.name_hint)
+        hashes.append(tvm_ffi.structural_hash(mod[gvar], map_free_vars=True))
+        if isinstance(mod[gvar], relax.Function):
+            pending.extend(relax.analysis.all_global_vars(mod[gvar]))
+    return hashlib.sha256(" ".join(map(str, hashes)).encode()).hexdigest()
+
+
 def signature(mod: tvm.IRModule) -> dict[str, dict[str, Any]]:
-    """Function name -> its inputs (name, shape, dtype), weight names, and outputs.
+    """Function name -> its inputs (name, shape, dtype), weight names, outputs, and its weight
+    transform's fingerprint once lowered.
 
     Read from the Relax functions of an imported or lowered module: the first ``num_input``
     parameters are the caller's inputs; the weights from the params file are the rest, or, once
@@ -56,6 +77,8 @@ def signature(mod: tvm.IRModule) -> dict[str, dict[str, Any]]:
             "weights": [p.name for p in weights],
             "outputs": _outputs(func.ret_ty),
         }
+        if name + TRANSFORM_SUFFIX in names:
+            functions[name]["transform"] = transform_fingerprint(mod, name + TRANSFORM_SUFFIX)
     return dict(sorted(functions.items()))
 
 

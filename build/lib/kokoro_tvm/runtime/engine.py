@@ -56,8 +56,9 @@ class Buckets:
 
     def library(self, bucket: int) -> Library:
         if bucket not in self.loaded:
-            self.loaded[bucket] = Library(self.folder.file(self.entries[bucket]["library"]),
-                                          self.weights)
+            entry = self.entries[bucket]
+            self.loaded[bucket] = Library(self.folder.file(entry["library"]), self.weights,
+                                          entry["transforms"])
         return self.loaded[bucket]
 
     def run(self, bucket: int, function: str, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:

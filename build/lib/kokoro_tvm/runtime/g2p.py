@@ -172,5 +172,6 @@ def halve(piece: Piece, phonemize: Callable[[str], str]) -> list[Piece]:
         cuts = [m.end() for m in re.finditer(pattern, text) if 0 < m.start() < len(text)]
         if cuts:
             cut = min(cuts, key=lambda c: abs(c - len(text) / 2))
-            return [Piece(half, phonemize(half)) for half in (text[:cut].strip(), text[cut:].strip())]
+            halves = (text[:cut].strip(), text[cut:].strip())
+            return [Piece(half, phonemize(half)) for half in halves]
     return [piece]

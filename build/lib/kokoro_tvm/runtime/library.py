@@ -67,6 +67,7 @@ class Weights:
         self.arrays = np.load(source) if isinstance(source, (str, os.PathLike)) else source
         self.device = device or tvm.cpu()
         self._prepared: dict[tuple, tvm.runtime.Tensor] = {}
+        self.by_transform: dict[str, list] = {}  # transform fingerprint -> prepared weights
 
     def shared(self, prepared: list) -> list:
         """``prepared`` with every tensor replaced by an equal one kept earlier, if any."""
@@ -88,11 +89,15 @@ class Weights:
 
 
 class Library:
-    """One built library (.so) and the weights its functions read."""
+    """One built library (.so) and the weights its functions read; ``transforms`` maps its
+    functions to their weight transforms' fingerprints (the build's metadata), so that a
+    transform another library of the component already ran is not run again."""
 
-    def __init__(self, so_path: str | os.PathLike, weights: Weights):
+    def __init__(self, so_path: str | os.PathLike, weights: Weights,
+                 transforms: Mapping[str, str] | None = None):
         self.path = Path(so_path)
         self.weights = weights
+        self.transforms = dict(transforms or {})
         self.device = weights.device
         self.module = tvm.runtime.load_module(str(so_path))
         self.vm = VirtualMachine(self.module, weights.device)
@@ -110,9 +115,15 @@ class Library:
         allocates: under the pooled one that calls use, its intermediates and the duplicates
         dropped by ``Weights.shared`` would stay reserved (about 200 MB for the decoder)."""
         if function not in self._prepared:
+            fingerprint = self.transforms.get(function)
+            if fingerprint in self.weights.by_transform:
+                self._prepared[function] = self.weights.by_transform[fingerprint]
+                return self._prepared[function]
             once = VirtualMachine(self.module, self.device, memory_cfg="naive")
             self._prepared[function] = self.weights.shared(
                 prepare_weights(once, function, self._weight, self.path))
+            if fingerprint is not None:
+                self.weights.by_transform[fingerprint] = self._prepared[function]
         return self._prepared[function]
 
     def bind(self, function: str, inputs: Mapping[str, np.ndarray]) -> Callable[[], object]:

@@ -68,8 +68,10 @@ def write_dist(manifest: PathLike, model_config: PathLike, voices: list[PathLike
             if params not in files:
                 _place(paths.artifact(paths.PARAMS, work, component=entry["component"]), tmp,
                        params, files)
+            transforms = {name: function["transform"]
+                          for name, function in entry["functions"].items()}
             libraries.append({**dims, "library": library, "params": params,
-                              "device": entry["device"]})
+                              "device": entry["device"], "transforms": transforms})
         _place(Path(model_config), tmp, paths.MODEL_CONFIG, files)
         names = sorted(Path(voice).stem for voice in voices)
         for voice in voices:

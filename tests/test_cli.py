@@ -1,0 +1,158 @@
+"""`kokoro-tvm` as a user runs it (the installed console script): every bad input gets one line
+and exit status 2 before the model loads, and a failed run leaves an existing file as it was.
+
+The tiny build's model folder is copied with its libraries corrupted: a check that ran only
+after loading would report the corruption instead of the bad input.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+from conftest import BIN, model_folder
+
+from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.runtime.audio_file import (
+    FORMATS,
+    OutputError,
+    check_output,
+    write_audio,
+)
+from kokoro_tvm.runtime.kokoro import SPEED_RANGE, Kokoro, RequestError, check_speed
+
+
+def kokoro_tvm(*args: str, stdin: str | None = None, cwd: Path | None = None
+               ) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "kokoro-tvm"), *args], input=stdin, capture_output=True,
+                          text=True, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def broken_model(built, tmp_path_factory) -> Path:
+    """The tiny model folder with every library overwritten: any load fails its sha256."""
+    folder = tmp_path_factory.mktemp("broken") / "model"
+    shutil.copytree(model_folder(built), folder)
+    for library in folder.glob("lib/**/*.so"):
+        library.write_bytes(b"not a library")
+    return folder
+
+
+BAD_REQUESTS = [
+    (["Hello", "--speed", "0"], "speed 0.0 is outside 0.5-2.0"),
+    (["Hello", "--speed", "nan"], "speed nan is outside"),
+    (["Hello", "--speed", "-1"], "speed -1.0 is outside"),
+    (["Hello", "--speed", "100"], "speed 100.0 is outside"),
+    (["Hello", "--voice", "zz_none"], "unknown voice 'zz_none'"),
+    (["Hello", "--voice", "af_heart:x"], "is not a number"),
+    (["Hello", "--voice", "zf_xiaobei"], "unknown voice 'zf_xiaobei'"),
+    (["   "], "the text is empty"),
+    (["-"], "the text is empty"),  # standard input, empty
+    (["--file", "/nonexistent/text.txt"], "cannot read the text file"),
+    (["Hello", "-o", "OUT.xyz"], "cannot write '.xyz' files"),
+    (["Hello", "-o", "OUT"], "a file name without an extension"),
+    (["Hello", "-o", "-"], "add --stream"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_REQUESTS)
+def test_bad_input_is_one_line_before_loading_and_writes_nothing(broken_model, tmp_path, args,
+                                                                 message):
+    out = tmp_path / "speech.wav"
+    args = [a.replace("OUT", str(tmp_path / "speech")) for a in args]
+    if "-o" not in args:
+        args += ["-o", str(out)]
+    done = kokoro_tvm("say", *args, "--model", str(broken_model), stdin="")
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_binary_text_file_is_refused(broken_model, tmp_path):
+    binary = tmp_path / "text.bin"
+    binary.write_bytes(bytes(range(256)))
+    done = kokoro_tvm("say", "--file", str(binary), "-o", str(tmp_path / "x.wav"),
+                      "--model", str(broken_model))
+    assert done.returncode == 2 and "cannot read the text file" in done.stderr
+    assert not (tmp_path / "x.wav").exists()
+
+
+def test_failed_synthesis_leaves_the_existing_file(built, tmp_path):
+    """The tiny model has no bucket for a sentence at speed 1: the run fails after loading,
+    and the file from an earlier run is untouched."""
+    out = tmp_path / "speech.wav"
+    out.write_bytes(b"earlier audio")
+    done = kokoro_tvm("say", "Hello there, this sentence needs more frames.", "-o", str(out),
+                      "--model", str(model_folder(built)))
+    assert done.returncode == 2 and "needs a bucket of at least" in done.stderr, done.stderr
+    assert out.read_bytes() == b"earlier audio"
+    assert [p.name for p in tmp_path.iterdir()] == ["speech.wav"]  # no temporary left
+
+
+def test_missing_model_folder_names_the_build_command(tmp_path):
+    done = kokoro_tvm("say", "Hello", "-o", str(tmp_path / "x.wav"), "--model",
+                      str(tmp_path / "results/dist/llvm"))
+    assert done.returncode == 2
+    assert "is not a model folder" in done.stderr
+    assert "snakemake --cores 2 results/dist/llvm" in done.stderr
+
+
+def test_voices_lists_the_model_folders_voices_with_their_language(built):
+    done = kokoro_tvm("voices", "--model", str(model_folder(built)))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["af_heart\ten-us"]
+
+
+def test_speed_range_is_checked_as_a_number():
+    low, high = SPEED_RANGE
+    assert check_speed(low) == low and check_speed(high) == high and check_speed("1.5") == 1.5
+    for bad in (low - 0.01, high + 0.01, float("inf"), float("nan"), "fast", None):
+        with pytest.raises(RequestError):
+            check_speed(bad)
+
+
+@pytest.mark.parametrize("suffix", sorted(FORMATS))
+def test_every_format_the_name_asks_for_is_written_and_reads_back(tmp_path, suffix):
+    """.wav, .flac, .ogg (and .mp3 with this libsndfile): checked, written, read back at
+    24 kHz with the tone still there."""
+    tone = (0.5 * np.sin(2 * np.pi * 440 * np.arange(SAMPLE_RATE) / SAMPLE_RATE)).astype(
+        np.float32)
+    dest = tmp_path / f"tone{suffix}"
+    assert check_output(dest) == FORMATS[suffix]
+    write_audio(dest, tone)
+    audio, rate = soundfile.read(dest, dtype="float32")
+    assert rate == SAMPLE_RATE and abs(len(audio) - len(tone)) < 0.1 * SAMPLE_RATE
+    spectrum = np.abs(np.fft.rfft(audio[:SAMPLE_RATE // 2]))
+    assert abs(np.argmax(spectrum) * 2 - 440) <= 4  # the 440 Hz tone, in 2 Hz bins
+
+
+def test_output_in_a_folder_that_cannot_be_written_is_refused(tmp_path):
+    with pytest.raises(OutputError, match="is a folder"):
+        check_output(tmp_path)
+    (tmp_path / "notes.txt").write_text("a file, not a folder")
+    with pytest.raises(OutputError, match="not a writable folder"):
+        check_output(tmp_path / "notes.txt" / "x.wav")
+
+
+def test_language_defaults_to_the_voices(built, tmp_path):
+    """A British voice speaks British English unless --lang says otherwise (Kokoro's rule:
+    the first letter of the voice names its language)."""
+    folder = tmp_path / "model"
+    shutil.copytree(model_folder(built), folder)
+    shutil.copy(folder / "voices/af_heart.npy", folder / "voices/bf_emma.npy")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["voices"].append("bf_emma")
+    manifest["files"]["voices/bf_emma.npy"] = manifest["files"]["voices/af_heart.npy"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    tts = Kokoro(folder)
+    assert tts.voices == ["af_heart", "bf_emma"]
+    assert tts.check_request("Hello.", "bf_emma", 1.0, None) == (1.0, "en-gb")
+    assert tts.check_request("Hello.", "af_heart", 1.0, None) == (1.0, "en-us")
+    assert tts.check_request("Hello.", "bf_emma", 1.0, "en-us") == (1.0, "en-us")
+    with pytest.raises(RequestError, match="unknown language 'fr'"):
+        tts.check_request("Hello.", "bf_emma", 1.0, "fr")
