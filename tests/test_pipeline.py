@@ -131,15 +131,16 @@ def test_facts_edit_rebuilds_what_reads_them(built, workflow):
     with edited(workflow / "kokoro_tvm/facts.py"):
         jobs = rules_of(dry_run(built, workflow, "all"))
     assert jobs["export"] == 5 and jobs["validate"] == 10 and jobs["manifest"] == 2, jobs
+    assert jobs["dist"] == 2, jobs
 
 
 def test_adding_a_bucket_builds_only_that_bucket(built, workflow, tmp_path):
     jobs = dry_run(built, workflow, "all",
                    configfiles=overrides(tmp_path, buckets={"bert": [16, 24]}))
     assert rules_of(jobs) == {"export": 1, "relax": 1, "lower": 2, "build": 2,
-                              "validate": 2, "manifest": 2, "validation_report": 2}
+                              "validate": 2, "manifest": 2, "validation_report": 2, "dist": 2}
     built_paths = [j["output"] for j in jobs
-                   if j["rule"] not in ("manifest", "validation_report", "all")]
+                   if j["rule"] not in ("manifest", "validation_report", "dist", "all")]
     assert all("bert" in p and "b24" in p for p in built_paths), built_paths
 
 
@@ -148,9 +149,9 @@ def test_lstm_lowering_change_rebuilds_only_lstm_artifacts(built, workflow):
     with edited(workflow / "kokoro_tvm/compile/lstm.py"):
         jobs = dry_run(built, workflow, "all")
     assert rules_of(jobs) == {"relax": 3, "lower": 6, "build": 6, "validate": 6,
-                              "manifest": 2, "validation_report": 2}
+                              "manifest": 2, "validation_report": 2, "dist": 2}
     for job in jobs:
-        if job["rule"] not in ("manifest", "validation_report", "all"):
+        if job["rule"] not in ("manifest", "validation_report", "dist", "all"):
             assert any(f"/{c}/" in job["output"] for c in LSTM_COMPONENTS), job
 
 
@@ -158,8 +159,9 @@ def test_target_options_change_rebuilds_only_that_target(built, workflow, tmp_pa
     changed = {"target_options": {"llvm": {"kind": "llvm", "mcpu": "host", "num-cores": 1}}}
     jobs = dry_run(built, workflow, "all", configfiles=overrides(tmp_path, **changed))
     assert rules_of(jobs) == {"lower": 5, "build": 5, "validate": 5, "manifest": 1,
-                              "validation_report": 1}
-    assert all("/llvm/" in j["output"] or j["output"].endswith(("llvm.json", "llvm.html"))
+                              "validation_report": 1, "dist": 1}
+    assert all("/llvm/" in j["output"]
+               or j["output"].endswith(("llvm.json", "llvm.html", "dist/llvm"))
                for j in jobs if j["rule"] != "all"), jobs
 
 
