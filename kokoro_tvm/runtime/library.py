@@ -64,7 +64,8 @@ class Weights:
     when a transform needs them; and the prepared weights its libraries share."""
 
     def __init__(self, source: str | os.PathLike | Mapping[str, np.ndarray], device=None):
-        self.arrays = np.load(source) if isinstance(source, (str, os.PathLike)) else source
+        self.path = Path(source) if isinstance(source, (str, os.PathLike)) else None
+        self.arrays = np.load(source) if self.path is not None else source
         self.device = device or tvm.cpu()
         self._prepared: dict[tuple, tvm.runtime.Tensor] = {}
         self.by_transform: dict[str, list] = {}  # transform fingerprint -> prepared weights

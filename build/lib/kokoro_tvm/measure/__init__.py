@@ -1,1 +1,0 @@
-"""Measurement: validation against PyTorch, benchmarks, the report and their metrics."""
