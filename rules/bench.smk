@@ -39,7 +39,7 @@ rule bench_components_target:
     params:
         repeats=5,
         versions=versions("apache-tvm", "torch", "matplotlib"),
-    threads: target_threads
+    threads: job_threads
     log:
         "logs/bench/components/{target}.log",
     benchmark:
@@ -69,7 +69,7 @@ rule bench_e2e_target:
         voice=setting("report.voice"),
         runtime_python=cli_args(runtime_python=setting("report.runtime_python")),
         versions=versions("apache-tvm", "torch", "onnxruntime"),
-    threads: target_threads
+    threads: job_threads
     log:
         "logs/bench/e2e/{target}.log",
     benchmark:

@@ -224,6 +224,8 @@ def bench_e2e_targets():
     return expand(paths.BENCH_E2E, target=runnable_targets())
 
 
-def target_threads(wildcards):
-    """The thread count a target's libraries were built for (its num-cores option)."""
-    return setting(f"target_options.{wildcards.target}").get("num-cores", 1)
+def job_threads(wildcards):
+    """Threads of a job that runs libraries or PyTorch (validate, tune, benchmarks): every core
+    one job may have (--cores here, the profile's cores on a cluster); Snakemake gives fewer
+    when it has fewer, and the job is told its count ({threads})."""
+    return workflow.cores

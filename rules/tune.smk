@@ -13,7 +13,7 @@ rule tune:
         max_trials=setting("tuning.max_trials"),
         trials_per_task=setting("tuning.trials_per_task"),
         versions=versions("apache-tvm"),
-    threads: target_threads
+    threads: job_threads
     log:
         "logs/tune/{target}/{component}/{lstm}/b{bucket}.log",
     benchmark:
@@ -23,4 +23,4 @@ rule tune:
     shell:
         "python {input.script} --relax {input.relax} --target-options '{params.options}'"
         " --max-trials {params.max_trials} --trials-per-task {params.trials_per_task}"
-        " --out {output.database} > {log} 2>&1"
+        " --threads {threads} --out {output.database} > {log} 2>&1"

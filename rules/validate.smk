@@ -14,6 +14,7 @@ rule validate:
     params:
         seed=setting("validation.seed"),
         options=lambda wildcards: target_options(wildcards.target),
+    threads: job_threads
     log:
         "logs/validate/{target}/{component}/{lstm}/b{bucket}.log",
     benchmark:
@@ -21,8 +22,8 @@ rule validate:
     conda:
         "../envs/kokoro-tvm.yaml"
     shell:
-        "python {input.script} --checkpoint {input.checkpoint} --model-config {input.config}"
+        "TVM_NUM_THREADS={threads} python {input.script} --checkpoint {input.checkpoint} --model-config {input.config}"
         " --component {wildcards.component} --lstm {wildcards.lstm} --bucket {wildcards.bucket}"
         " --library {input.library} --params {input.params} --seed {params.seed}"
-        " --target-options '{params.options}'"
+        " --target-options '{params.options}' --threads {threads}"
         " --out {output.report} > {log} 2>&1"

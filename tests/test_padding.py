@@ -87,5 +87,6 @@ def test_decoder_is_length_exact_real(real_assets):
                          paths.artifact(paths.ASSET_WEIGHTS, real_assets),
                          disable_complex=True).eval()
     masked, _ = bucketed_vs_exact(kmodel, 64, 37, unmasked=False)  # the tiny tests show teeth
-    # docs/decisions.md, Fidelity: rounding alone allows 30-40 dB; measured 108.
-    assert masked >= 30, masked
+    # Measured 108 dB (float32 rounding of sums in another order); the bar is 10 dB below.
+    print(f"padded 37 in 64: {masked:.1f} dB")
+    assert masked >= 98, masked

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -186,21 +187,28 @@ def test_scripts_are_standalone_clis():
         assert done.returncode == 0 and "usage:" in done.stdout, script
 
 
-def test_killed_build_leaves_no_library(built, tmp_path):
-    """SIGKILL mid-build (no cleanup code runs): the library path must not exist."""
-    out = tmp_path / "lib" / "b16.so"
-    options = json.dumps({"kind": "llvm", "mcpu": "host", "num-cores": 2})
-    process = subprocess.Popen(
-        [sys.executable, str(REPO / "workflow_scripts/build.py"),
-         "--lowered", str(built / "results/lowered/llvm/decoder/none/b16.json"),
-         "--params", str(built / "results/params/decoder.npz"), "--target", "llvm",
-         "--target-options", options, "--component", "decoder", "--lstm", "none",
-         "--bucket", "16", "--out", str(out), "--out-meta", str(tmp_path / "lib/b16.meta.json")])
-    time.sleep(4)  # loading TVM and the module takes ~2 s, codegen several more
-    assert process.poll() is None, "the build finished before it could be killed"
+def test_build_killed_while_writing_leaves_no_library_and_a_rerun_completes(built, tmp_path):
+    """SIGKILL (no cleanup code runs) once the library is being written, i.e. its temporary
+    file exists: the library path must not exist. A writer that wrote the final name directly
+    never makes the temporary file, and fails here."""
+    out, meta = tmp_path / "lib" / "b16.so", tmp_path / "lib" / "b16.meta.json"
+    command = [sys.executable, str(REPO / "workflow_scripts/build.py"),
+               "--lowered", str(built / "results/lowered/llvm/decoder/none/b16.json"),
+               "--params", str(built / "results/params/decoder.npz"), "--target", "llvm",
+               "--target-options", json.dumps({"kind": "llvm", "mcpu": "host"}),
+               "--component", "decoder", "--lstm", "none", "--bucket", "16", "--out", str(out),
+               "--out-meta", str(meta)]
+    process = subprocess.Popen(command)
+    deadline = time.monotonic() + 300
+    while not list(out.parent.glob(".b16.*.tmp.so")):
+        assert process.poll() is None, "the build ended without writing a temporary file"
+        assert time.monotonic() < deadline, "no temporary file after 300 s"
+        time.sleep(0.01)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    assert not out.exists() and not (tmp_path / "lib/b16.meta.json").exists()
+    assert not out.exists() and not meta.exists()
+    subprocess.run(command, check=True, capture_output=True)
+    assert out.stat().st_size > 0 and json.loads(meta.read_text())["bucket"] == 16
 
 
 def test_failed_validation_names_the_library_and_writes_no_report(built, tmp_path):
@@ -248,3 +256,21 @@ def test_report_shows_the_validation_table(built, workflow):
     report = built / "report.html"
     done = run_snakemake(built, "--report", str(report), snakefile=workflow / "Snakefile")
     assert report.is_file() and report.stat().st_size > 10_000, done.stderr
+
+
+def test_cores_decide_the_threads_of_validation(built, workflow, tmp_path):
+    """`--cores 4` (on any machine): the validate job is given 4 threads, and PyTorch and the
+    library ran with 4. Run in a copy of the build whose artifacts are hard links (replaced by
+    rename, never rewritten), so the shared build stays as it was."""
+    report = "results/validate/llvm/bert/none/b16.json"
+    before = (built / report).read_text()
+    copy = tmp_path / "copy"
+    shutil.copytree(built, copy, copy_function=os.link,
+                    ignore=shutil.ignore_patterns(".snakemake", "logs", "benchmarks"))
+    shutil.copytree(built / ".snakemake", copy / ".snakemake", symlinks=True)
+    done = run_snakemake(copy, "--cores", "4", "--forcerun", "validate", "--until", "validate",
+                         report, snakefile=workflow / "Snakefile")
+    assert "threads: 4" in done.stdout + done.stderr
+    assert json.loads((copy / report).read_text())["threads"] == {"torch": 4, "tvm": 4}
+    assert (copy / "benchmarks/validate/llvm/bert/none/b16.tsv").is_file()
+    assert (built / report).read_text() == before

@@ -16,11 +16,13 @@ def main() -> None:
     parser.add_argument("--max-trials", type=int, required=True, help="measured candidates in all")
     parser.add_argument("--trials-per-task", type=int, required=True,
                         help="measured candidates per kernel at most")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="cores MetaSchedule measures candidates with")
     parser.add_argument("--out", required=True,
                         help="results/tune/{target}/{component}/{lstm}/b{bucket} (a folder)")
     args = parser.parse_args()
     figures = tune(args.relax, json.loads(args.target_options), args.max_trials,
-                   args.trials_per_task, args.out)
+                   args.trials_per_task, args.out, args.threads)
     print(json.dumps(figures))
 
 

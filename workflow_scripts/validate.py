@@ -20,11 +20,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seeds the example inputs")
     parser.add_argument("--target-options", default='{"kind": "llvm"}',
                         help="the library's TVM target in dict form, as JSON (where it runs)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="PyTorch's threads (TVM's come from TVM_NUM_THREADS, set before it "
+                             "starts); recorded in the report")
     parser.add_argument("--out", required=True, help="results/validate/{target}/{component}/{lstm}/b{bucket}.json")
     args = parser.parse_args()
     report = validate(args.checkpoint, args.model_config, args.component, args.lstm, args.bucket,
                       args.library, args.params, args.seed, args.out,
-                      json.loads(args.target_options))
+                      json.loads(args.target_options), args.threads)
     print(json.dumps(report, indent=1))
 
 

@@ -21,20 +21,20 @@ BUILD_TIMEOUT_SECONDS = 300
 
 
 def tune(mod: tvm.IRModule, target: tvm.target.Target, work_dir: str | Path, max_trials: int,
-         trials_per_task: int, seed: int = 0) -> dict[str, Any]:
-    """Tunes ``mod``'s kernels into ``work_dir``; returns kernel count, trials and seconds."""
+         trials_per_task: int, seed: int = 0, threads: int = 1) -> dict[str, Any]:
+    """Tunes ``mod``'s kernels into ``work_dir``, measuring on ``threads`` cores; returns
+    kernel count, trials and seconds."""
     from tvm.s_tir import meta_schedule as ms
 
     kernels = fused_kernels(mod, target)
     started = time.perf_counter()
-    cores = int(target.attrs.get("num-cores", 1) or 1)
     # A candidate's build runs in a worker process that first imports TVM; MetaSchedule's 30 s
     # default timed every build out on this 2-core machine while other jobs ran.
     builder = ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_SECONDS)
     database = ms.tir_integration.tune_tir(
         kernels, target, str(work_dir), max_trials_global=max_trials,
         max_trials_per_task=trials_per_task, num_trials_per_iter=min(64, trials_per_task),
-        builder=builder, num_tuning_cores=cores, seed=seed)
+        builder=builder, num_tuning_cores=threads, seed=seed)
     return {"kernels": len(kernels.functions_items()),
             "tuning_records": len(database.get_all_tuning_records()),
             "max_trials": max_trials, "trials_per_task": trials_per_task,

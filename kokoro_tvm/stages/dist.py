@@ -11,6 +11,7 @@ from typing import Any
 
 from kokoro_tvm import paths
 from kokoro_tvm.atomic import sha256_file, umask, write_json
+from kokoro_tvm.compile.devices import host_machine
 from kokoro_tvm.facts import SAMPLE_RATE
 from kokoro_tvm.stages.common import PathLike
 
@@ -76,9 +77,11 @@ def write_dist(manifest: PathLike, model_config: PathLike, voices: list[PathLike
         names = sorted(Path(voice).stem for voice in voices)
         for voice in voices:
             _place(Path(voice), tmp, paths.MODEL_VOICE.format(voice=Path(voice).stem), files)
-        architectures = sorted({entry["architecture"] for entry in build["libraries"]})
+        # The CPU the libraries' host code runs on: a cuda library's is the building machine's.
+        (architecture,) = {host_machine() if entry["device"] == "cuda" else entry["architecture"]
+                           for entry in build["libraries"]}  # one target, one machine
         document = {"format": FORMAT, "target": build["target"],
-                    "architecture": architectures[0] if len(architectures) == 1 else architectures,
+                    "architecture": architecture,
                     "sample_rate": SAMPLE_RATE, "voices": names, "libraries": libraries,
                     "left_out": left_out, "files": files}
         write_json(tmp / paths.MODEL_MANIFEST, document)

@@ -9,7 +9,7 @@ from kokoro_tvm.stages.common import PathLike
 
 
 def tune(relax_json: PathLike, target_options: dict[str, Any], max_trials: int,
-         trials_per_task: int, out_dir: PathLike) -> dict[str, Any]:
+         trials_per_task: int, out_dir: PathLike, threads: int = 1) -> dict[str, Any]:
     """results/tune/{target}/...: a MetaSchedule database for one library's kernels, written
     to a scratch folder and moved into place when complete (with its figures as JSON)."""
     import shutil
@@ -23,7 +23,8 @@ def tune(relax_json: PathLike, target_options: dict[str, Any], max_trials: int,
     scratch = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(scratch, ignore_errors=True)
     mod = tvm.ir.load_json(Path(relax_json).read_text())
-    figures = tune_kernels(mod, make_target(target_options), scratch, max_trials, trials_per_task)
+    figures = tune_kernels(mod, make_target(target_options), scratch, max_trials, trials_per_task,
+                           threads=threads)
     write_json(scratch / "figures.json", figures)
     shutil.rmtree(out_dir, ignore_errors=True)
     scratch.rename(out_dir)

@@ -30,7 +30,6 @@ L2_BYTES = 1024 * 1024
 class CpuFacts:
     vector_bits: int
     registers: int
-    cores: int
     l1_bytes: int = L1_BYTES
     l2_bytes: int = L2_BYTES
 
@@ -41,8 +40,7 @@ class CpuFacts:
 
 def cpu_facts(target: tvm.target.Target) -> CpuFacts:
     """The facts for ``target`` (an llvm target; ``mcpu`` picks the features)."""
-    cores = int(target.attrs.get("num-cores", 1) or 1)
     for feature, bits, registers in ISA_TABLE:
         if codegen.target_has_features([feature], target):
-            return CpuFacts(bits, registers, cores)
-    return CpuFacts(*FALLBACK_ISA, cores)
+            return CpuFacts(bits, registers)
+    return CpuFacts(*FALLBACK_ISA)

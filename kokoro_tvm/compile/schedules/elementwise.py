@@ -18,15 +18,18 @@ from kokoro_tvm.compile.schedules.cpu import CpuFacts, cpu_facts
 
 # Below this many iterations a parallel loop costs more than it saves.
 MIN_PARALLEL_WORK = 4096
-# Outer loops are fused into the parallel loop until it has this many chunks per core; inner
-# loops stay nested (fusing everything costs a division per element to recover the indices).
-CHUNKS_PER_CORE = 16
+# Outer loops are fused into the parallel loop until it has this many iterations; inner loops
+# stay nested (fusing everything costs a division per element to recover the indices). TVM
+# hands each thread one contiguous range of a parallel loop, so spare iterations cost nothing
+# on 2 threads and keep 8-16 busy: the library does not depend on the building machine's
+# cores, and the thread count is the running process's (TVM_NUM_THREADS).
+PARALLEL_CHUNKS = 128
 
 
-def _parallel_outer(sch, loops, extents, cores: int) -> None:
+def _parallel_outer(sch, loops, extents) -> None:
     count, taken = 1, 0
     for extent in extents:
-        if count >= CHUNKS_PER_CORE * cores:
+        if count >= PARALLEL_CHUNKS:
             break
         count *= extent
         taken += 1
@@ -65,7 +68,7 @@ def schedule_block(sch: s_tir.Schedule, block, facts: CpuFacts) -> None:
             sch.vectorize(vector)
             loops, extents = [*loops[:-1], outer_part], [*extents[:-1], extents[-1] // lanes]
         if total >= MIN_PARALLEL_WORK:
-            _parallel_outer(sch, loops, extents, facts.cores)
+            _parallel_outer(sch, loops, extents)
         return
     leading = []
     for loop, kind in zip(loops, kinds):
@@ -73,7 +76,7 @@ def schedule_block(sch: s_tir.Schedule, block, facts: CpuFacts) -> None:
             break
         leading.append(loop)
     if leading and total >= MIN_PARALLEL_WORK:
-        _parallel_outer(sch, leading, extents[:len(leading)], facts.cores)
+        _parallel_outer(sch, leading, extents[:len(leading)])
 
 
 def schedule_root_blocks(sch: s_tir.Schedule, facts: CpuFacts, skip=()) -> None:
