@@ -156,3 +156,36 @@ def test_language_defaults_to_the_voices(built, tmp_path):
     assert tts.check_request("Hello.", "bf_emma", 1.0, "en-us") == (1.0, "en-us")
     with pytest.raises(RequestError, match="unknown language 'fr'"):
         tts.check_request("Hello.", "bf_emma", 1.0, "fr")
+
+
+class ToneEngine:
+    """Speaks 600 samples per token of a constant that counts its calls: enough to follow the
+    API's plumbing on the tiny folder's voices, whose own libraries fit no sentence at speed 1
+    (the real libraries speak in tests/test_e2e.py)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def synthesize(self, ids, ref_s, speed, seed):
+        self.calls.append((len(ids), speed, seed))
+        return np.full(600 * len(ids), 0.1 * len(self.calls), dtype=np.float32)
+
+
+def test_api_create_and_stream_in_kokoro_onnx_style(built):
+    text = "The first sentence is here. A second one follows it. And a third."
+    engine = ToneEngine()
+    tts = Kokoro(model_folder(built), engine=engine)
+    samples, rate = tts.create(text, voice="af_heart", speed=1.25, lang="en-us")
+    assert rate == SAMPLE_RATE == tts.sample_rate and samples.dtype == np.float32
+    assert len(engine.calls) == 1 and engine.calls[0][1] == 1.25  # sentences joined
+    assert len(samples) == 600 * engine.calls[0][0]
+    chunks = list(tts.stream(text, voice="af_heart", speed=1.25))
+    assert [c.text for c in chunks] == ["The first sentence is here.", "A second one follows it.",
+                                        "And a third."]
+    assert [c.start_seconds for c in chunks] == [
+        0, len(chunks[0].samples) / SAMPLE_RATE,
+        (len(chunks[0].samples) + len(chunks[1].samples)) / SAMPLE_RATE]
+    assert sum(len(c.samples) for c in chunks) == 600 * sum(n for n, _, _ in engine.calls[1:])
+    with pytest.raises(RequestError, match="speed 3 is outside"):
+        next(tts.stream(text, speed=3))  # checked before any synthesis
+    assert len(engine.calls) == 4

@@ -14,12 +14,15 @@ engine's median RTF relative to PyTorch's.
 """
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import queue
 import resource
 import statistics
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -114,6 +117,53 @@ def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
 
 
+REPLY = "bench_e2e reply: "  # marks the child's replies among whatever else it prints
+
+
+class _Pipes:
+    """A child's end of the requests and replies when it runs as `python -m` of this module:
+    requests are lines on stdin, replies JSON lines on stdout."""
+
+    def get(self) -> str:
+        return sys.stdin.readline().strip()
+
+    def put(self, reply) -> None:
+        sys.stdout.write(REPLY + json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+class _OtherPython:
+    """An engine's child run by another interpreter (a runtime-only install), answering the
+    same requests as the multiprocessing children, through _Pipes. multiprocessing cannot do
+    this: its spawned children take the parent's sys.path, so they would import the parent's
+    packages (PyTorch included)."""
+
+    def __init__(self, python: str, *args):
+        self.process = subprocess.Popen([python, "-m", __name__, *map(str, args)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.replies: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            if line.startswith(REPLY):
+                self.replies.put(json.loads(line[len(REPLY):]))
+
+    def put(self, request: str) -> None:
+        self.process.stdin.write(request + "\n")
+        self.process.stdin.flush()
+
+    def is_alive(self) -> bool:
+        return self.process.poll() is None
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.process.poll()
+
+    def join(self) -> None:
+        self.process.wait()
+
+
 def _reply(name: str, child, replies: multiprocessing.Queue):
     """The child's next reply; an error instead of waiting forever if the child has died."""
     while True:
@@ -134,14 +184,14 @@ def benchmark(root: str | Path, target: str = "llvm", threads: int = 2, voice: s
     context = multiprocessing.get_context("spawn")
     children = {}
     for name in engines:  # one at a time, so that loading and warm-up do not overlap
-        requests, replies = context.Queue(), context.Queue()
-        child = context.Process(target=_serve_engine, args=(name, Path(root), target, threads,
-                                                            voice, requests, replies))
-        # The spawn method's interpreter is process-wide: set for this child's start only.
-        context.set_executable(runtime_python if name == "tvm" and runtime_python
-                               else sys.executable)
-        child.start()
-        context.set_executable(sys.executable)
+        if name == "tvm" and runtime_python:
+            child = _OtherPython(runtime_python, name, root, target, threads, voice)
+            requests, replies = child, child.replies
+        else:
+            requests, replies = context.Queue(), context.Queue()
+            child = context.Process(target=_serve_engine, args=(
+                name, Path(root), target, threads, voice, requests, replies))
+            child.start()
         _reply(name, child, replies)
         children[name] = (child, requests, replies)
     measured: dict[str, list[dict[str, float]]] = {name: [] for name in engines}
@@ -198,3 +248,8 @@ def run(root: str | Path, target: str, threads: int, voice: str, engines: list[s
     write_json(out_json, figures)
     plot(figures, out_plot)
     return figures
+
+
+if __name__ == "__main__":  # an engine's child under another interpreter (_OtherPython)
+    name, root, target, threads, voice = sys.argv[1:]
+    _serve_engine(name, Path(root), target, int(threads), voice, _Pipes(), _Pipes())

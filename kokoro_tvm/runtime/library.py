@@ -101,10 +101,7 @@ class Library:
         self.transforms = dict(transforms or {})
         self.device = weights.device
         self.module = tvm.runtime.load_module(str(so_path))
-        # TVM's naive allocator frees what a call allocated when the call ends; the pooled one
-        # keeps every bucket's activations reserved (33 MB more at peak on the end-to-end
-        # sentences, at the same speed: docs/decisions.md, Runtime memory).
-        self.vm = VirtualMachine(self.module, weights.device, memory_cfg="naive")
+        self.vm = VirtualMachine(self.module, weights.device)
         self._prepared: dict[str, list] = {}
 
     def _weight(self, name: str):
@@ -116,14 +113,18 @@ class Library:
         """``function``'s prepared weights (computed on the first call, then kept).
 
         A transform with the fingerprint of one another library of the component ran is not run
-        again: its prepared weights are taken from there."""
+        again: its prepared weights are taken from there. Transforms run in a VM of their own
+        with TVM's naive allocator, which frees what it allocates: the pooled one that calls
+        use (faster: docs/decisions.md, Runtime memory) would keep their intermediates
+        reserved."""
         if function not in self._prepared:
             fingerprint = self.transforms.get(function)
             if fingerprint in self.weights.by_transform:
                 self._prepared[function] = self.weights.by_transform[fingerprint]
                 return self._prepared[function]
+            once = VirtualMachine(self.module, self.device, memory_cfg="naive")
             self._prepared[function] = self.weights.shared(
-                prepare_weights(self.vm, function, self._weight, self.path))
+                prepare_weights(once, function, self._weight, self.path))
             if fingerprint is not None:
                 self.weights.by_transform[fingerprint] = self._prepared[function]
         return self._prepared[function]
