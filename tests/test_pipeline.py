@@ -271,10 +271,10 @@ def test_cores_decide_the_threads_of_validation(built, workflow, tmp_path):
     shutil.copytree(built, copy, copy_function=os.link,
                     ignore=shutil.ignore_patterns(".snakemake", "logs", "benchmarks"))
     shutil.copytree(built / ".snakemake", copy / ".snakemake", symlinks=True)
-    done = run_snakemake(copy, "--cores", "1", "--forcerun", "validate", "--until", "validate",
-                         report, snakefile=workflow / "Snakefile")
+    done = run_snakemake(copy, "--cores", "1", report, "--forcerun", report,
+                         snakefile=workflow / "Snakefile")
     log = done.stdout + done.stderr
-    assert set(re.findall(r"^(?:local)?rule (\w+):", log, re.M)) == {"validate"}, log
+    assert re.findall(r"^(?:local)?rule (\w+):", log, re.M) == ["validate"], log
     assert json.loads((copy / report).read_text())["threads"] == {"torch": 1, "tvm": 1}
     assert (copy / "benchmarks/validate/llvm/bert/none/b16.tsv").is_file()
     assert (built / report).read_text() == before

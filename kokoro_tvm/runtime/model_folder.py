@@ -12,7 +12,8 @@ from kokoro_tvm import paths
 from kokoro_tvm.atomic import sha256_file
 from kokoro_tvm.errors import UserError
 
-# The manifest layout this runtime reads (kokoro_tvm/stages/dist.py writes it).
+# The manifest layout this runtime reads and kokoro_tvm/stages/dist.py writes; raised when it
+# changes incompatibly.
 FORMAT = 1
 DEFAULT_MODEL = paths.DIST.format(target="llvm")
 

@@ -13,11 +13,8 @@ from kokoro_tvm import paths
 from kokoro_tvm.atomic import sha256_file, umask, write_json
 from kokoro_tvm.compile.devices import host_machine
 from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.runtime.model_folder import FORMAT
 from kokoro_tvm.stages.common import PathLike
-
-# The manifest layout the runtime reads (kokoro_tvm/runtime/model_folder.py); raised when it
-# changes incompatibly.
-FORMAT = 1
 
 
 def _place(source: Path, folder: Path, relative: str, files: dict[str, str]) -> None:
