@@ -40,6 +40,17 @@ def _replace_folder(tmp: Path, out: Path) -> None:
         shutil.rmtree(old)
 
 
+def model_manifest(target: str, architecture: str, libraries: list[dict[str, Any]],
+                   files: dict[str, str], voices: list[str] = (),
+                   left_out: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """A model folder's manifest.json, in the layout runtime/model_folder.py reads: the
+    libraries (paths relative to the folder), every file's sha256, the CPU architecture the
+    libraries run on, the voices, and the libraries left out."""
+    return {"format": FORMAT, "target": target, "architecture": architecture,
+            "sample_rate": SAMPLE_RATE, "voices": sorted(voices), "libraries": libraries,
+            "left_out": list(left_out), "files": files}
+
+
 def write_dist(manifest: PathLike, model_config: PathLike, voices: list[PathLike],
                out: PathLike) -> dict[str, Any]:
     """results/dist/{target}/: the target's validated libraries, their params, the model config
@@ -77,10 +88,8 @@ def write_dist(manifest: PathLike, model_config: PathLike, voices: list[PathLike
         # The CPU the libraries' host code runs on: a cuda library's is the building machine's.
         (architecture,) = {host_machine() if entry["device"] == "cuda" else entry["architecture"]
                            for entry in build["libraries"]}  # one target, one machine
-        document = {"format": FORMAT, "target": build["target"],
-                    "architecture": architecture,
-                    "sample_rate": SAMPLE_RATE, "voices": names, "libraries": libraries,
-                    "left_out": left_out, "files": files}
+        document = model_manifest(build["target"], architecture, libraries, files, names,
+                                  left_out)
         write_json(tmp / paths.MODEL_MANIFEST, document)
         os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes 0700; give the folder the usual mode
         _replace_folder(tmp, out)

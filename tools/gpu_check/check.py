@@ -127,7 +127,7 @@ def write_model_folder(folder: Path, bundle: Path, document: dict,
 
     from kokoro_tvm import paths
     from kokoro_tvm.atomic import sha256_file
-    from kokoro_tvm.runtime.model_folder import FORMAT
+    from kokoro_tvm.stages.dist import model_manifest
 
     files = {paths.MODEL_PARAMS.format(component=name): sha256_file(
         folder / paths.MODEL_PARAMS.format(component=name)) for name in document["weights"]}
@@ -143,9 +143,7 @@ def write_model_folder(folder: Path, bundle: Path, document: dict,
         libraries.append({**dims, "library": library, "transforms": {},
                           "params": paths.MODEL_PARAMS.format(component=case["component"]),
                           "device": "cuda" if document["target"] == "cuda" else "cpu"})
-    manifest = {"format": FORMAT, "target": document["target"],
-                "architecture": platform.machine(), "voices": [], "left_out": [],
-                "libraries": libraries, "files": files}
+    manifest = model_manifest(document["target"], platform.machine(), libraries, files)
     (folder / paths.MODEL_MANIFEST).write_text(json.dumps(manifest))
 
 
