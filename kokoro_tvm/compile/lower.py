@@ -61,14 +61,15 @@ def passes(target: tvm.target.Target, schedule: bool = True, tuning_db: str | No
     backend = importlib.import_module(BACKENDS[target.kind.name])
     every = (backend.library_dispatch_passes(target) + backend.legalize_passes(target)
              + backend.dataflow_lower_passes(target) + backend.finalize_passes(target))
-    chosen = [] if "cpu" in target.keys else [_gpu_kernels()]
+    gpu = "cpu" not in target.keys
+    chosen = [_gpu_kernels()] if gpu else []
     for p in every:
         if p.info.name in SKIPPED_PASSES:
             continue
         if p.info.name == "LegalizeOps":
             # Lifted after legalization, so that the weight layouts our legalizations
             # introduce (matmul panels) are computed once too.
-            chosen += [_legalize(schedule), lift_weight_transforms]
+            chosen += [_legalize(schedule, gpu), lift_weight_transforms]
             continue
         chosen.append(p)
         if p.info.name == until:
@@ -77,6 +78,8 @@ def passes(target: tvm.target.Target, schedule: bool = True, tuning_db: str | No
             chosen.append(relax.transform.MetaScheduleApplyDatabase(tuning_db))
         if p.info.name == "FuseTIR" and schedule:
             chosen.append(schedules.apply_schedules())
+        if p.info.name == "FuseTIR" and gpu:
+            chosen.append(_gpu_contraction().apply_schedule())
     return chosen
 
 
@@ -116,18 +119,27 @@ def _gpu_kernels() -> tvm.transform.Pass:
     return gpu_lstm_recurrence
 
 
+def _gpu_contraction():
+    """compile/gpu_contraction.py, imported only for GPU targets (as ``_gpu_kernels``)."""
+    from kokoro_tvm.compile import gpu_contraction
+
+    return gpu_contraction
+
+
 def _arange_kernel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     """relax.arange as a TIR kernel even when its bounds are constants (TVM makes a table)."""
     start, end, step = call.args
     return bb.call_te(topi.arange, start, end, step, call.attrs.dtype)
 
 
-def _legalize(schedule: bool) -> tvm.transform.Pass:
+def _legalize(schedule: bool, gpu: bool) -> tvm.transform.Pass:
     # Whole powers as products and sin/cos with float64 argument reduction on every target:
     # TVM's own forms are wrong on CUDA (schedules/math.py).
     custom = {"relax.arange": _arange_kernel, **schedules.math.EVERY_TARGET}
     if schedule:
         custom.update(schedules.LEGALIZATIONS)
+    if gpu:
+        custom.update(_gpu_contraction().LEGALIZATIONS)
     return relax.transform.LegalizeOps(customize_legalize_map=custom)
 
 
@@ -135,7 +147,11 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: bool = True,
           tuning_db: str | None = None) -> tvm.IRModule:
     """``mod`` through the target's Relax pipeline (legalize, fuse, schedule, memory planning,
     VM lowering): everything ``relax.build`` does before VM codegen and TIR compilation."""
-    with target:
+    # On GPUs each library call replays its kernels as captured CUDA graphs (the kernels
+    # between the first and last that touch the call's inputs and outputs): at these sizes a
+    # call is otherwise bound by kernel launches.
+    graphs = {"relax.backend.use_cuda_graph": "gpu" in target.keys}
+    with target, tvm.transform.PassContext(config=graphs):
         return tvm.transform.Sequential(passes(target, schedule, tuning_db))(mod)
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """On a GPU machine with no network: validate, time and speak with the bundled cuda libraries
-(tools/gpu_check/prepare.py), with a runtime-only TVM, PyTorch and numpy. Three parts:
+(tools/gpu_check/prepare.py), with a runtime-only TVM, PyTorch and numpy. Four parts:
 
 1. Each library against PyTorch on the GPU (TF32 off), through ``validate_component``: the
    validate stage's own inputs, metrics and tolerances, on synthetic weights regenerated here
@@ -8,7 +8,9 @@
    PyTorch's FLOP count (GFLOP/s) and the library's kernel count.
 2. End-to-end synthesis of the bundle's sentences with the runtime's engine on the GPU, beside
    KModel on the GPU: real-time factors and their ratio.
-3. The op probes: every Relax op kind our components call, on the GPU and on the CPU, the
+3. The decoder's heaviest convolutions alone under each schedule variant (conv_tiles.py)
+   beside PyTorch: which GPU tile is fastest (reported, not part of the verdict).
+4. The op probes: every Relax op kind our components call, on the GPU and on the CPU, the
    same seeded inputs at two scales (1 and 1e4: the sine generator's phases are large).
 
 Usage: python3 tools/gpu_check/check.py --bundle results/gpu_check [--out gpu_check.json]
@@ -262,6 +264,54 @@ def probe_ops(bundle: Path, document: dict, device: str, tolerance: float) -> li
     return rows
 
 
+def conv_tiles(bundle: Path, document: dict, repeat: int, tolerance: float) -> list[dict]:
+    """Each bundled convolution variant (conv_tiles.py) against PyTorch on the GPU: relative
+    error, milliseconds and TFLOP/s of both."""
+    import numpy as np
+    import torch
+    import tvm
+    from tvm.runtime.vm import VirtualMachine
+
+    from kokoro_tvm.runtime.bare import median_ms
+    from kokoro_tvm.runtime.cuda import device as tvm_device
+
+    dev = tvm_device("cuda", [bundle / "kernels"])
+    rows = []
+    for tile in document.get("tiles", []):
+        name, kind, c_in, c_out, kernel, stride, dilation, padding, length = tile["shape"]
+        rng = np.random.default_rng(document["seed"])
+        x = rng.standard_normal((1, c_in, length), dtype=np.float32)
+        shape = (c_out, c_in, kernel) if kind == "conv1d" else (c_in, c_out, kernel)
+        w = (rng.standard_normal(shape, dtype=np.float32) / np.sqrt(c_in * kernel)).astype(
+            np.float32)
+        conv = (torch.nn.functional.conv1d if kind == "conv1d"
+                else torch.nn.functional.conv_transpose1d)
+        tx, tw = torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()
+
+        def reference():
+            return conv(tx, tw, stride=stride, padding=padding, dilation=dilation)
+
+        row = {"shape": name, "variant": tile["variant"]}
+        try:
+            vm = VirtualMachine(tvm.runtime.load_module(str(bundle / "tiles" / f"{tile['stem']}.so")),
+                                dev)
+            args = [tvm.runtime.tensor(a, dev) for a in (x, w)]
+            out = vm["main"](*args).numpy()
+            ref = reference().cpu().numpy()
+            error = float(np.max(np.abs(out - ref)) / np.max(np.abs(ref)))
+            tvm_ms = median_ms(lambda: vm["main"](*args), dev.sync, repeat)
+            torch_ms = median_ms(reference, torch.cuda.synchronize, repeat)
+            row.update(relative_error=error, passed=error <= tolerance, tvm_ms=round(tvm_ms, 3),
+                       torch_ms=round(torch_ms, 3),
+                       tvm_tflops=round(tile["gflop"] / tvm_ms, 2),
+                       torch_tflops=round(tile["gflop"] / torch_ms, 2))
+        except Exception as err:  # noqa: BLE001 - a failing variant is a finding
+            row.update(passed=False, exception=f"{type(err).__name__}: {str(err)[:300]}")
+        rows.append(row)
+        print("tile", json.dumps(row), flush=True)
+    return rows
+
+
 def check_model(kmodel, weights: dict, args, document: dict, device: str, torch_device: str,
                 summary: dict) -> None:
     """Parts 1 and 2: every library, then the sentences end to end."""
@@ -328,6 +378,8 @@ def main() -> None:
         print("PyTorch model failed:", summary["model_error"], flush=True)
     else:
         check_model(kmodel, weights, args, document, device, torch_device, summary)
+    if device == "cuda":
+        summary["tiles"] = conv_tiles(args.bundle, document, args.repeat, TIGHT_RELATIVE)
     summary["probes"] = probe_ops(args.bundle, document, device, TIGHT_RELATIVE)
     failed = [p for p in summary["probes"] if not p["passed"]]
     print(f"op probes: {len(summary['probes']) - len(failed)}/{len(summary['probes'])} pass"

@@ -8,6 +8,8 @@ component at the smallest and largest bucket of config.yaml):
   target's arch (a runtime-only TVM cannot compile them there), by source sha256;
 - probes/: one function per Relax op kind our components call (probes.py), built for cuda and
   for a generic x86-64 CPU, to name a wrong op;
+- tiles/: the decoder's heaviest convolutions alone under each schedule variant of
+  conv_tiles.py, to choose the GPU contraction's tile;
 - cases.json: the libraries, each component's weight spec (shape, mean, std per tensor: the
   GPU machine regenerates synthetic weights from it and a seed, synthetic.py) and the token ids
   of the end-to-end sentences (G2P needs spaCy, which the GPU machine lacks);
@@ -36,6 +38,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import conv_tiles  # noqa: E402
 import probes  # noqa: E402
 
 from kokoro_tvm import paths  # noqa: E402
@@ -120,6 +123,27 @@ def build_probes(root: Path, chosen: list[dict], target_string: str, out: Path
         if name == "device" and target.kind.name == "cuda":
             write_kernels(lowered, target, out / "kernels")
     return probes.signatures(mod)
+
+
+def build_tiles(target_string: str, out: Path) -> list[dict]:
+    """tiles/{shape}_{variant}.so: conv_tiles' convolutions under each schedule variant."""
+    import tvm
+
+    from kokoro_tvm.compile.build import build_library
+
+    target = tvm.target.Target(target_string)
+    (out / "tiles").mkdir()
+    tiles = []
+    for shape in conv_tiles.SHAPES:
+        for variant in conv_tiles.VARIANTS:
+            stem = f"{shape[0]}_{variant}"
+            lowered = conv_tiles.lowered(shape, variant, target)
+            build_library(lowered, target, out / "tiles" / f"{stem}.so")
+            write_kernels(lowered, target, out / "kernels")
+            tiles.append({"stem": stem, "variant": variant, "shape": list(shape),
+                          "gflop": conv_tiles.flops(shape) / 1e9})
+            print(f"tiles/{stem}.so", flush=True)
+    return tiles
 
 
 def copy_python_modules(out: Path) -> None:
@@ -207,9 +231,11 @@ def prepare(root: Path, out: Path, target: str = "cuda", seed: int = 0,
                       "library_sha256": entry["library_sha256"], "kernels": count})
         print(f"{stem}: {count} kernels", flush=True)
     probe_signatures = build_probes(root, chosen, chosen[0]["target_string"], staging)
+    tiles = build_tiles(chosen[0]["target_string"], staging)
     config = json.loads((root / paths.ASSET_CONFIG).read_text())
     document = {
         "target": target, "seed": seed, "cases": cases, "probes": probe_signatures,
+        "tiles": tiles,
         "weights": {c: weight_spec(root / paths.PARAMS.format(component=c)) for c in COMPONENTS},
         "sentences": sentences(config, chosen),
         "versions": {d: version(d) for d in ("apache-tvm", "apache-tvm-ffi", "torch", "kokoro")},

@@ -1,0 +1,183 @@
+"""conv1d and conv_transpose1d on CUDA: our contraction computes, one shared-memory GPU schedule.
+
+dlight's Matmul rule takes TVM's own conv1d by re-indexing it into a matrix product whose
+reduction axis (input channel x tap) is innermost in every tile it stages, so the input tile is
+read across channels (a cache line per element) instead of along time; conv_transpose1d, which
+TVM lowers by zero-stuffing the input, costs ``stride`` times the arithmetic. Here:
+
+- the legalizations are the CPU ones (``schedules/conv1d.py``, polyphase
+  ``schedules/conv_transpose.py``) without padding time to a tile multiple (GPU tiles take a
+  tail by predicate), so no crop follows the contraction and its epilogue (bias, residual,
+  activation fused by FuseOps) is inlined into the tile's write-back;
+- the schedule tiles output channels x time per thread block (``Tile``), stages the
+  weight tile ``[rows, channels, taps]`` and the input tile ``[channels, time span]`` in shared
+  memory per step of input channels, reads the input tile along time (coalesced), and keeps
+  each thread's accumulators in registers; the padding and any fused producer are computed
+  while staging.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import tvm
+from tvm import relax, s_tir
+from tvm.s_tir import dlight as dl
+from tvm.s_tir.dlight.gpu.matmul import auto_inline_consumer_chain, auto_inline_producers
+
+from kokoro_tvm.compile.schedules.common import root_blocks, tvm_legalization
+from kokoro_tvm.compile.schedules.contraction import find_contraction
+from kokoro_tvm.compile.schedules.conv1d import conv1d_compute, static_float32_ncw
+from kokoro_tvm.compile.schedules.conv_transpose import (conv1d_transpose_compute,
+                                                         output_length, phase_weights)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tile:
+    """A thread block's share: ``thread_rows * row_micro`` output rows by ``vthreads *
+    thread_cols * col_micro`` time steps, ``channels`` input channels staged per step."""
+    thread_rows: int = 16
+    thread_cols: int = 16
+    row_micro: int = 4
+    col_micro: int = 4
+    vthreads: int = 2
+    channels: int = 8
+    unroll: int = 256
+
+    @property
+    def threads(self) -> int:
+        return self.thread_rows * self.thread_cols
+
+
+DEFAULT_TILE = Tile()
+
+
+def legalize_conv1d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """relax.nn.conv1d -> the contraction, unpadded (TVM's own legalization where unsupported)."""
+    attrs = call.attrs
+    x, w = call.args
+    if not static_float32_ncw(call, kernel_layout="OIW"):
+        return tvm_legalization(bb, call)
+    return bb.call_te(conv1d_compute, x, w, int(attrs.strides[0]),
+                      (int(attrs.padding[0]), int(attrs.padding[1])), int(attrs.dilation[0]),
+                      int(attrs.groups), 1, primfunc_name_hint="conv1d")
+
+
+def legalize_conv1d_transpose(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """relax.nn.conv1d_transpose -> polyphase, unpadded (TVM's own where unsupported)."""
+    attrs = call.attrs
+    x, w = call.args
+    if not (static_float32_ncw(call, kernel_layout="IOW") and int(attrs.dilation[0]) == 1):
+        return tvm_legalization(bb, call)
+    stride, groups = int(attrs.strides[0]), int(attrs.groups)
+    padding = (int(attrs.padding[0]), int(attrs.padding[1]))
+    kernel = int(w.ty.shape[2])
+    wpoly = bb.emit(bb.call_te(phase_weights, w, stride, padding[0], groups,
+                               primfunc_name_hint="phase_weights"))
+    return bb.call_te(conv1d_transpose_compute, x, wpoly, kernel, padding,
+                      int(attrs.output_padding[0]), groups, 1,
+                      primfunc_name_hint="conv1d_transpose")
+
+
+LEGALIZATIONS = {
+    "relax.nn.conv1d": legalize_conv1d,
+    "relax.nn.conv1d_transpose": legalize_conv1d_transpose,
+}
+
+
+def _divisor_at_most(n: int, limit: int) -> int:
+    return max(d for d in range(1, min(n, limit) + 1) if n % d == 0)
+
+
+SHARED_BYTES = 40 * 1024  # of the 48 KiB a thread block may use without opting in
+
+
+def schedule_contraction(func: tvm.tirx.PrimFunc, tile: Tile | None = None
+                         ) -> s_tir.Schedule | None:
+    """The GPU schedule of a function holding one of our contractions, or None if it holds none
+    or something else this schedule cannot place (a reduction besides the contraction). Input
+    channels per step are the most, up to the tile's, whose staged tiles fit SHARED_BYTES."""
+    tile = tile or DEFAULT_TILE
+    sch = s_tir.Schedule(func)
+    found = find_contraction(sch)
+    if found is None:
+        return None
+    block, _ = found
+    iters = sch.get(block).iter_vars
+    if sum(iv.iter_type != iv.DataPar for iv in iters) != 2:
+        return None
+    group = int(iters[-2].dom.extent)
+    for channels in sorted((d for d in range(1, min(group, tile.channels) + 1)
+                            if group % d == 0), reverse=True):
+        sch, staged = _schedule(func, tile, channels)
+        if 4 * staged <= SHARED_BYTES:
+            break
+    if any(not _thread_bound(sch, b) for b in root_blocks(sch)):
+        return None
+    return sch
+
+
+def _schedule(func: tvm.tirx.PrimFunc, tile: Tile, channels: int
+              ) -> tuple[s_tir.Schedule, int]:
+    """The schedule with ``channels`` input channels per step, and the float32 elements it
+    stages in shared memory."""
+    sch = s_tir.Schedule(func)
+    block, axes = find_contraction(sch)
+    loops = sch.get_loops(block)
+    iters = sch.get(block).iter_vars
+    spatial = [lp for lp, iv in zip(loops, iters) if iv.iter_type == iv.DataPar]
+    channel, tap = [lp for lp, iv in zip(loops, iters) if iv.iter_type != iv.DataPar]
+    row, vec = spatial[axes["row"]], spatial[axes["vec"]]
+    outer = [lp for lp in spatial if lp not in (row, vec)]
+    rows = int(sch.get(row).extent)
+    # Row tiles divide the rows, so that the weight tile never runs past the weight.
+    row_micro = _divisor_at_most(rows, tile.row_micro)
+    thread_rows = _divisor_at_most(rows // row_micro, tile.thread_rows)
+
+    row_o, ty, ri = sch.split(row, [None, thread_rows, row_micro])
+    vec_o, vx, tx, vi = sch.split(vec, [None, tile.vthreads, tile.thread_cols, tile.col_micro])
+    ko, ki = sch.split(channel, [None, channels])
+    sch.reorder(*outer, row_o, vec_o, vx, ty, tx, ko, ki, tap, ri, vi)
+    sch.bind(sch.fuse(*outer, row_o), "blockIdx.y")
+    sch.bind(vec_o, "blockIdx.x")
+    sch.bind(vx, "vthread.x")
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    sch.annotate(tx, ann_key="pragma_auto_unroll_max_step", ann_val=tile.unroll)
+    sch.annotate(tx, ann_key="pragma_unroll_explicit", ann_val=1)
+
+    write_back = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(write_back, tx, preserve_unit_loops=True)
+    staged_elements = 0
+    for operand in (0, 1):
+        staged = sch.cache_read(block, operand, "shared")
+        sch.compute_at(staged, ko, preserve_unit_loops=True)
+        ndim = len(sch.get(staged).iter_vars)
+        region = sch.get_loops(staged)[-ndim:]
+        staged_elements += math.prod(int(sch.get(lp).extent) for lp in region)
+        fetch = sch.fuse(*region)
+        _, fty, ftx = sch.split(fetch, [None, thread_rows, tile.thread_cols])
+        sch.bind(fty, "threadIdx.y")
+        sch.bind(ftx, "threadIdx.x")
+        auto_inline_producers(sch, staged)
+    auto_inline_consumer_chain(sch, write_back)
+    sch.decompose_reduction(block, ko)
+    return sch, staged_elements
+
+
+def _thread_bound(sch: s_tir.Schedule, block) -> bool:
+    return any(sch.get(lp).thread_binding is not None for lp in sch.get_loops(block))
+
+
+class Contraction(dl.ScheduleRule):
+    """dlight rule: ``schedule_contraction`` for CUDA functions holding our contraction."""
+
+    def apply(self, func, target, _tunable):
+        if not isinstance(func, tvm.tirx.PrimFunc) or target.kind.name != "cuda":
+            return None
+        return schedule_contraction(func)
+
+
+def apply_schedule() -> tvm.transform.Pass:
+    """Schedules the functions holding our contractions; dlight's rules take the rest."""
+    return dl.ApplyDefaultSchedule(Contraction())
