@@ -86,6 +86,104 @@ def test_kernels_compile_with_nvcc():
     assert fatbin[:4] == (0xBA55ED50).to_bytes(4, "little")
 
 
+def _conv_module(kind: str, c_in: int, c_out: int, kernel: int, length: int, stride: int = 1,
+                 dilation: int = 1, padding: int = 0) -> tvm.IRModule:
+    sys.path.insert(0, str(REPO / "tools" / "gpu_check"))
+    import conv_tiles
+
+    return conv_tiles.module(("probe", kind, c_in, c_out, kernel, stride, dilation, padding,
+                              length))
+
+
+def _multiply_adds(mod: tvm.IRModule) -> int:
+    """Multiply-adds of every reduction block of the cuda pipeline's fused kernels."""
+    from tvm import s_tir
+
+    from kokoro_tvm.compile.lower import passes
+    from kokoro_tvm.compile.schedules.common import root_blocks
+
+    target = make_target(CUDA)
+    with target:
+        fused = tvm.transform.Sequential(passes(target, until="FuseTIR"))(mod)
+    total = 0
+    for _, func in fused.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            sch = s_tir.Schedule(func)
+            for block in map(sch.get, root_blocks(sch)):
+                if any(iv.iter_type == iv.CommReduce for iv in block.iter_vars):
+                    size = 1
+                    for iv in block.iter_vars:
+                        size *= int(iv.dom.extent)
+                    total += size
+    return total
+
+
+def test_conv_transpose_is_polyphase_on_cuda():
+    """TVM's conv_transpose1d zero-stuffs its input (stride times the arithmetic; 13 ms for the
+    decoder's first upsampling on an H100, against 1 ms polyphase): on cuda every multiply-add
+    is one of the transposed convolution's own (taps rounded up to whole phases)."""
+    c_in, c_out, kernel, stride, length = 16, 8, 20, 10, 64
+    useful = c_in * c_out * kernel * length
+    assert _multiply_adds(_conv_module("conv1d_transpose", c_in, c_out, kernel, length,
+                                       stride=stride, padding=5)) == useful
+
+
+def _contraction_script(mod: tvm.IRModule) -> str:
+    lowered = lower(mod, make_target(CUDA))
+    return "\n".join(f.script() for _, f in lowered.functions_items()
+                     if isinstance(f, tvm.tirx.PrimFunc) and "contraction" in f.script())
+
+
+def test_conv1d_stages_whole_tiles_in_shared_memory_on_cuda():
+    """The conv1d kernel stages input and weight tiles in shared memory, its contraction loop
+    carries no tail predicate (time is padded to whole tiles: a predicate there made the
+    decoder's longest convolutions 4x slower on an H100), and only the write-back is guarded."""
+    from kokoro_tvm.compile.gpu_contraction import DEFAULT_TILE
+
+    length = 3 * DEFAULT_TILE.cols + 1  # not a whole number of tiles
+    script = _contraction_script(_conv_module("conv1d", 32, 64, 7, length, dilation=3,
+                                              padding=9))
+    assert script.count('scope="shared"') == 2, script
+    update = script[script.index('T.sblock("conv1d_update")'):]
+    update = update[:update.index("T.reads")]
+    assert "T.where" not in update, update
+    crop = script[script.index('T.sblock("crop")'):]
+    assert "T.where" in crop[:crop.index("T.reads")]
+
+
+def test_conv1d_tiles_fit_shared_memory_on_cuda():
+    """Wide, long-kernel convolutions stage fewer input channels per step, within the budget
+    of shared memory a thread block has without opting in (48 KiB)."""
+    from kokoro_tvm.compile.gpu_contraction import SHARED_BYTES
+
+    target = make_target(CUDA)
+    mod = _conv_module("conv1d", 512, 512, 11, 300, padding=5)
+    source = "\n".join(gpu.cuda_sources(lower(mod, target), target))
+    staged = [int(n) for n in re.findall(r"__shared__ [^\[]*\[(\d+)\]", source)]
+    assert staged and 4 * sum(staged) <= SHARED_BYTES, staged
+
+
+def test_cuda_libraries_replay_cuda_graphs():
+    """On cuda the kernels of a library call between those that read its inputs and write its
+    outputs are replayed as captured CUDA graphs (calls are launch-bound at these sizes); llvm
+    libraries have none."""
+    from tvm import relax
+
+    x = relax.Var("x", relax.TensorType((1, 8, 64), "float32"))
+    w = relax.Var("w", relax.TensorType((8, 8, 3), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w], attrs={"num_input": 1}):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv1d(x, w, padding=1))
+            y = bb.emit(relax.op.nn.conv1d(y, w, padding=1))  # reads and writes internal storage
+            y = bb.emit_output(relax.op.nn.conv1d(y, w, padding=1))
+        bb.emit_func_output(y)
+    mod = bb.get()
+    for options, expected in ((CUDA, True), ({"kind": "llvm"}, False)):
+        script = lower(mod, make_target(options)).script()
+        assert ("vm.builtin.cuda_graph.run_or_capture" in script) is expected
+
+
 def _relax_modules(root: Path) -> list[tvm.IRModule]:
     return [tvm.ir.load_json(p.read_text())
             for p in sorted((root / "results/relax").rglob("*.json"))]

@@ -6,9 +6,11 @@ read across channels (a cache line per element) instead of along time; conv_tran
 TVM lowers by zero-stuffing the input, costs ``stride`` times the arithmetic. Here:
 
 - the legalizations are the CPU ones (``schedules/conv1d.py``, polyphase
-  ``schedules/conv_transpose.py``) without padding time to a tile multiple (GPU tiles take a
-  tail by predicate), so no crop follows the contraction and its epilogue (bias, residual,
-  activation fused by FuseOps) is inlined into the tile's write-back;
+  ``schedules/conv_transpose.py``); conv1d pads time to a whole number of tiles, because a
+  tail predicate inside the contraction's loop costs up to 5x on an H100 (docs/decisions.md),
+  and its crop, with the epilogue (bias, residual, activation fused by FuseOps) inlined into
+  it, is each thread's write-back of its accumulators. conv_transpose1d's phases are not padded
+  (its interleave cannot be split per thread; at Kokoro's lengths they are whole tiles);
 - the schedule tiles output channels x time per thread block (``Tile``), stages the
   weight tile ``[rows, channels, taps]`` and the input tile ``[channels, time span]`` in shared
   memory per step of input channels, reads the input tile along time (coalesced), and keeps
@@ -29,38 +31,39 @@ from kokoro_tvm.compile.schedules.common import root_blocks, tvm_legalization
 from kokoro_tvm.compile.schedules.contraction import find_contraction
 from kokoro_tvm.compile.schedules.conv1d import conv1d_compute, static_float32_ncw
 from kokoro_tvm.compile.schedules.conv_transpose import (conv1d_transpose_compute,
-                                                         output_length, phase_weights)
+                                                         phase_weights)
 
 
 @dataclasses.dataclass(frozen=True)
 class Tile:
     """A thread block's share: ``thread_rows * row_micro`` output rows by ``vthreads *
     thread_cols * col_micro`` time steps, ``channels`` input channels staged per step."""
-    thread_rows: int = 16
-    thread_cols: int = 16
-    row_micro: int = 4
+    thread_rows: int = 8
+    thread_cols: int = 32
+    row_micro: int = 8
     col_micro: int = 4
-    vthreads: int = 2
+    vthreads: int = 1
     channels: int = 8
     unroll: int = 256
 
     @property
-    def threads(self) -> int:
-        return self.thread_rows * self.thread_cols
+    def cols(self) -> int:
+        return self.vthreads * self.thread_cols * self.col_micro
 
 
 DEFAULT_TILE = Tile()
 
 
 def legalize_conv1d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """relax.nn.conv1d -> the contraction, unpadded (TVM's own legalization where unsupported)."""
+    """relax.nn.conv1d -> the contraction, time padded to whole tiles (TVM's own legalization
+    where unsupported)."""
     attrs = call.attrs
     x, w = call.args
     if not static_float32_ncw(call, kernel_layout="OIW"):
         return tvm_legalization(bb, call)
     return bb.call_te(conv1d_compute, x, w, int(attrs.strides[0]),
                       (int(attrs.padding[0]), int(attrs.padding[1])), int(attrs.dilation[0]),
-                      int(attrs.groups), 1, primfunc_name_hint="conv1d")
+                      int(attrs.groups), DEFAULT_TILE.cols, primfunc_name_hint="conv1d")
 
 
 def legalize_conv1d_transpose(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
@@ -146,7 +149,13 @@ def _schedule(func: tvm.tirx.PrimFunc, tile: Tile, channels: int
     sch.annotate(tx, ann_key="pragma_auto_unroll_max_step", ann_val=tile.unroll)
     sch.annotate(tx, ann_key="pragma_unroll_explicit", ann_val=1)
 
-    write_back = sch.cache_write(block, 0, "local")
+    consumers = sch.get_consumers(block)
+    if len(consumers) == 1 and sch.get(consumers[0]).name_hint == "crop":
+        # The padded contraction stays in registers; the crop writes what is inside.
+        sch.set_scope(block, 0, "local")
+        write_back = consumers[0]
+    else:
+        write_back = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(write_back, tx, preserve_unit_loops=True)
     staged_elements = 0
     for operand in (0, 1):

@@ -24,7 +24,10 @@ VARIANTS = {
     "t16x16_m4x4_v2": dict(thread_rows=16, thread_cols=16, row_micro=4, col_micro=4, vthreads=2),
     "t16x16_m8x4_v2": dict(thread_rows=16, thread_cols=16, row_micro=8, col_micro=4, vthreads=2),
     "t8x32_m8x4_v1": dict(thread_rows=8, thread_cols=32, row_micro=8, col_micro=4, vthreads=1),
-    "t16x16_m4x8_v1": dict(thread_rows=16, thread_cols=16, row_micro=4, col_micro=8, vthreads=1),
+    "t8x32_m8x4_v1_c16": dict(thread_rows=8, thread_cols=32, row_micro=8, col_micro=4,
+                              vthreads=1, channels=16),
+    "t8x32_m8x4_v2": dict(thread_rows=8, thread_cols=32, row_micro=8, col_micro=4, vthreads=2),
+    "t16x16_m8x8_v1": dict(thread_rows=16, thread_cols=16, row_micro=8, col_micro=8, vthreads=1),
 }
 
 

@@ -231,7 +231,8 @@ def prepare(root: Path, out: Path, target: str = "cuda", seed: int = 0,
                       "library_sha256": entry["library_sha256"], "kernels": count})
         print(f"{stem}: {count} kernels", flush=True)
     probe_signatures = build_probes(root, chosen, chosen[0]["target_string"], staging)
-    tiles = build_tiles(chosen[0]["target_string"], staging)
+    tiles = (build_tiles(chosen[0]["target_string"], staging)
+             if chosen[0]["device"] == "cuda" else [])
     config = json.loads((root / paths.ASSET_CONFIG).read_text())
     document = {
         "target": target, "seed": seed, "cases": cases, "probes": probe_signatures,
