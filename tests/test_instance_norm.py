@@ -10,13 +10,17 @@
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
 import tvm
 from torch import nn
 
+from kokoro_tvm.compile import gpu
 from kokoro_tvm.compile.build import build_library
+from kokoro_tvm.compile.gpu_instance_norm import UNROLL, gpu_instance_norm
 from kokoro_tvm.compile.instance_norm import PARTIALS
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.relax import import_program
@@ -60,18 +64,28 @@ class NormSnake(nn.Module):
         return (y + (1 / self.alpha) * torch.sin(self.alpha * y) ** 2) * valid
 
 
-@pytest.mark.parametrize("target_name", sorted(TARGETS))
+def _imported(module: nn.Module, x: torch.Tensor):
+    program = torch.export.export(module, (x, torch.ones(x.shape[0], 1, x.shape[2])))
+    func, params, callees = import_program(program, "none")
+    return func, params, tvm.IRModule({"main": func, **callees})
+
+
+# The GPU form's math is checked once, on the host CPU.
+@pytest.mark.parametrize("form, target_name", [("imported", "host"), ("imported", "sse"),
+                                               ("gpu", "host")])
 @pytest.mark.parametrize("channels, length", [(5, PARTIALS - 3), (4, 4 * PARTIALS + 7),
                                               (3, 8 * PARTIALS)])
-def test_lowered_op_matches_torch(target_name, channels, length, tmp_path):
+def test_lowered_op_matches_torch(form, target_name, channels, length, tmp_path):
+    """The kernel as imported, and its GPU form (compile/gpu_instance_norm.py), run here."""
     batch = 3
     torch.manual_seed(1)
     x = torch.randn(batch, channels, length) * 4 + 1
     module = NormSnake(channels).eval()
-    program = torch.export.export(module, (x, torch.ones(batch, 1, length)))
-    func, params, callees = import_program(program, "none")
+    func, params, mod = _imported(module, x)
+    if form == "gpu":
+        mod = gpu_instance_norm(mod)
     target = make_target(TARGETS[target_name])
-    lowered = lower(tvm.IRModule({"main": func, **callees}), target)
+    lowered = lower(mod, target)
     kernels = [gv.name_hint for gv, f in lowered.functions_items()
                if isinstance(f, tvm.tirx.PrimFunc) and "masked_instance_norm" in gv.name_hint]
     assert len(kernels) == 1 and "sin" in kernels[0], kernels
@@ -85,3 +99,22 @@ def test_lowered_op_matches_torch(target_name, channels, length, tmp_path):
         got = library("main", dict(zip(names, (x.numpy(), valid.numpy()))))[0]
         scale = float(np.abs(want).max())
         assert float(np.abs(got - want).max()) <= 1e-5 * scale, lengths
+
+
+def test_cuda_norm_is_a_cross_thread_reduction_per_row():
+    """On cuda the norm (with its fused Snake) is one kernel whose thread block shares each
+    row's sums across its threads (warp shuffles), not one serial thread per partial sum, and
+    whose row loops are unrolled a few steps only."""
+    torch.manual_seed(1)
+    _, _, mod = _imported(NormSnake(4).eval(), torch.randn(2, 4, 300))
+    target = make_target({"kind": "cuda", "arch": "sm_90"})
+    lowered = lower(mod, target)
+    kernels = [gv.name_hint for gv, f in lowered.functions_items()
+               if isinstance(f, tvm.tirx.PrimFunc) and "masked_instance_norm" in gv.name_hint]
+    assert len(kernels) == 1 and "sin" in kernels[0], kernels
+    script = lowered[kernels[0]].script()
+    unrolls = [int(n) for n in re.findall(r'"pragma_auto_unroll_max_step": (\d+)', script)]
+    assert unrolls and max(unrolls) <= UNROLL  # not dlight's 256: rows became straight code
+    source = "\n".join(gpu.cuda_sources(lowered, target))
+    norm = source[source.index(f"void __launch_bounds__"):]
+    assert "__shfl_down_sync" in source and "blockIdx.x" in norm

@@ -185,8 +185,3 @@ class Contraction(dl.ScheduleRule):
         if not isinstance(func, tvm.tirx.PrimFunc) or target.kind.name != "cuda":
             return None
         return schedule_contraction(func)
-
-
-def apply_schedule() -> tvm.transform.Pass:
-    """Schedules the functions holding our contractions; dlight's rules take the rest."""
-    return dl.ApplyDefaultSchedule(Contraction())

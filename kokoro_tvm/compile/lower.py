@@ -79,7 +79,7 @@ def passes(target: tvm.target.Target, schedule: bool = True, tuning_db: str | No
         if p.info.name == "FuseTIR" and schedule:
             chosen.append(schedules.apply_schedules())
         if p.info.name == "FuseTIR" and gpu:
-            chosen.append(_gpu_contraction().apply_schedule())
+            chosen.append(_gpu_schedules())
     return chosen
 
 
@@ -112,11 +112,13 @@ def lift_weight_transforms(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 
 
 def _gpu_kernels() -> tvm.transform.Pass:
-    """Our hand-written CPU kernels replaced by GPU ones (compile/gpu_lstm.py; imported here
-    only for GPU targets, so that CPU libraries do not depend on it)."""
+    """Our hand-written CPU kernels replaced by GPU ones (compile/gpu_lstm.py,
+    compile/gpu_instance_norm.py; imported here only for GPU targets, so that CPU libraries do
+    not depend on them)."""
+    from kokoro_tvm.compile.gpu_instance_norm import gpu_instance_norm
     from kokoro_tvm.compile.gpu_lstm import gpu_lstm_recurrence
 
-    return gpu_lstm_recurrence
+    return tvm.transform.Sequential([gpu_lstm_recurrence, gpu_instance_norm])
 
 
 def _gpu_contraction():
@@ -124,6 +126,15 @@ def _gpu_contraction():
     from kokoro_tvm.compile import gpu_contraction
 
     return gpu_contraction
+
+
+def _gpu_schedules() -> tvm.transform.Pass:
+    """Our GPU schedules (convolutions, the norm) before dlight's rules take the rest."""
+    from tvm.s_tir import dlight as dl
+
+    from kokoro_tvm.compile.gpu_instance_norm import RowNorm
+
+    return dl.ApplyDefaultSchedule(_gpu_contraction().Contraction(), RowNorm())
 
 
 def _arange_kernel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:

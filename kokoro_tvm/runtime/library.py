@@ -129,21 +129,30 @@ class Library:
                 self.weights.by_transform[fingerprint] = self._prepared[function]
         return self._prepared[function]
 
-    def bind(self, function: str, inputs: Mapping[str, np.ndarray]) -> Callable[[], object]:
-        """A call of ``function`` with its arguments already on the device (for timing too)."""
+    def bind(self, function: str, inputs: Mapping[str, object]) -> Callable[[], object]:
+        """A call of ``function`` with its arguments already on the device (for timing too);
+        inputs are numpy arrays, or tensors on the device (an earlier call's outputs)."""
         weights = self.prepared(function)
         names = input_names(self.vm, function, weights)
         missing = [name for name in names if name not in inputs]
         if missing:
             raise KeyError(f"{self.path}: {function} needs inputs {missing}")
-        args = [tvm.runtime.tensor(np.ascontiguousarray(inputs[name]), self.device)
-                for name in names] + weights
+        args = [self._on_device(inputs[name]) for name in names] + weights
         func = self.vm[function]
         return lambda: func(*args)
 
-    def __call__(self, function: str, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    def _on_device(self, value):
+        if isinstance(value, tvm.runtime.Tensor):
+            return value
+        return tvm.runtime.tensor(np.ascontiguousarray(value), self.device)
+
+    def on_device(self, function: str, inputs: Mapping[str, object]) -> list:
+        """Runs ``function`` on ``inputs`` (by name); outputs as tensors left on the device."""
+        return as_tensors(self.bind(function, inputs)())
+
+    def __call__(self, function: str, inputs: Mapping[str, object]) -> list[np.ndarray]:
         """Runs ``function`` on ``inputs`` (by name); outputs as numpy arrays."""
-        return [t.numpy() for t in as_tensors(self.bind(function, inputs)())]
+        return [t.numpy() for t in self.on_device(function, inputs)]
 
 
 def as_tensors(out) -> list:
