@@ -116,5 +116,5 @@ def test_cuda_norm_is_a_cross_thread_reduction_per_row():
     unrolls = [int(n) for n in re.findall(r'"pragma_auto_unroll_max_step": (\d+)', script)]
     assert unrolls and max(unrolls) <= UNROLL  # not dlight's 256: rows became straight code
     source = "\n".join(gpu.cuda_sources(lowered, target))
-    norm = source[source.index(f"void __launch_bounds__"):]
+    norm = source[source.index("void __launch_bounds__"):]
     assert "__shfl_down_sync" in source and "blockIdx.x" in norm

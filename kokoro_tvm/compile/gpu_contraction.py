@@ -25,13 +25,18 @@ import math
 import tvm
 from tvm import relax, s_tir
 from tvm.s_tir import dlight as dl
-from tvm.s_tir.dlight.gpu.matmul import auto_inline_consumer_chain, auto_inline_producers
+from tvm.s_tir.dlight.gpu.matmul import (
+    auto_inline_consumer_chain,
+    auto_inline_producers,
+)
 
 from kokoro_tvm.compile.schedules.common import root_blocks, tvm_legalization
 from kokoro_tvm.compile.schedules.contraction import find_contraction
 from kokoro_tvm.compile.schedules.conv1d import conv1d_compute, static_float32_ncw
-from kokoro_tvm.compile.schedules.conv_transpose import (conv1d_transpose_compute,
-                                                         phase_weights)
+from kokoro_tvm.compile.schedules.conv_transpose import (
+    conv1d_transpose_compute,
+    phase_weights,
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,8 +30,8 @@ def masked_instance_norm_gpu(x: te.Tensor, valid: te.Tensor, eps: float) -> te.T
     rows = (batch, channels)
 
     def row_sum(value, name: str) -> te.Tensor:
-        l = te.reduce_axis((0, length), f"{name}_l")
-        return te.compute(rows, lambda b, c: te.sum(value(b, c, l), axis=l), name=name,
+        k = te.reduce_axis((0, length), f"{name}_k")
+        return te.compute(rows, lambda b, c: te.sum(value(b, c, k), axis=k), name=name,
                           attrs={NORM_BLOCK: 1})
 
     count = row_sum(lambda b, c, i: valid[b, 0, i].astype("float64"), "count")

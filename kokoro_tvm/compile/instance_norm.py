@@ -22,7 +22,8 @@ from tvm import relax, te
 ROW_STATISTIC = "kokoro_tvm.row_statistic"
 PARTIAL_SUMS, PER_ROW = "partial_sums", "per_row"
 _PER_ROW_BLOCK = {ROW_STATISTIC: PER_ROW}
-# PrimFunc attribute holding eps, so that a target can emit its own form (compile/gpu_instance_norm.py).
+# PrimFunc attribute holding eps, so that a target can emit its own form
+# (compile/gpu_instance_norm.py).
 EPS_ATTR = "kokoro_tvm.instance_norm_eps"
 # Interleaved partial sums per row: a whole number of vectors of float64 for every SIMD width
 # up to 1024 bits.

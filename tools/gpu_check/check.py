@@ -295,8 +295,8 @@ def conv_tiles(bundle: Path, document: dict, repeat: int, tolerance: float) -> l
 
         row = {"shape": name, "variant": tile["variant"]}
         try:
-            vm = VirtualMachine(tvm.runtime.load_module(str(bundle / "tiles" / f"{tile['stem']}.so")),
-                                dev)
+            library = bundle / "tiles" / f"{tile['stem']}.so"
+            vm = VirtualMachine(tvm.runtime.load_module(str(library)), dev)
             args = [tvm.runtime.tensor(a, dev) for a in (x, w)]
             out = vm["main"](*args).numpy()
             ref = reference().cpu().numpy()
