@@ -6,6 +6,7 @@ by an offline recogniser, and must give PyTorch's exact-length result whichever 
 """
 from __future__ import annotations
 
+import json
 import subprocess
 
 import numpy as np
@@ -14,6 +15,7 @@ import soundfile
 from conftest import BIN, model_folder
 from transcribe import transcribe, word_error_rate
 
+from kokoro_tvm import paths
 from kokoro_tvm.facts import SAMPLE_RATE
 from kokoro_tvm.measure.metrics import snr_db
 from kokoro_tvm.model.reference import TorchEngine, kokoro_noise
@@ -35,7 +37,8 @@ SENTENCES = [
 # most this much: five points of word error rate.
 WER_MARGIN = 0.05
 # The decoder waveform against PyTorch at exact length given the same noise draws
-# (docs/decisions.md, Fidelity): float32 rounding through the iSTFT generator gives 39-44 dB; the bar is 30 dB.
+# (docs/decisions.md, Fidelity): float32 rounding through the iSTFT generator gives 39-44 dB;
+# the bar is 30 dB.
 MIN_SNR_DB = 30.0
 
 
@@ -134,3 +137,16 @@ def test_torch_engine_of_the_cli_is_the_validated_reference(real_built, tmp_path
     np.testing.assert_array_equal(from_folder, from_checkpoint)
     written, _ = soundfile.read(out, dtype="float32")
     np.testing.assert_allclose(written, from_folder, atol=1 / 32767)  # 16-bit PCM
+
+
+def test_bert_padded_bucket_equals_exact_length(real_built):
+    """The bert library on a padded utterance (validation's example inputs) against Kokoro's
+    BERT run on the utterance alone: valid outputs within the tight bar (1e-4 of their scale)."""
+    report = json.loads((real_built / paths.VALIDATION.format(
+        target="llvm", component="bert", lstm="none", bucket=64)).read_text())
+    metrics = report["metrics"]
+    length = metrics["exact_length.length"]["value"]
+    error = metrics["exact_length.d_en.relative_error"]
+    print(f"bert b64, {length} valid tokens: relative error {error['value']:.2e}")
+    assert length < 64 and error["tolerance"] == 1e-4 and error["value"] <= 1e-4
+    assert report["passed"]

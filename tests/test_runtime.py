@@ -80,3 +80,24 @@ def test_equal_prepared_weights_are_kept_once(built):
 def test_missing_model_folder_says_how_to_build(tmp_path):
     with pytest.raises(ModelFolderError, match="snakemake --cores 2 results/dist/llvm"):
         TvmEngine(tmp_path / "results/dist/llvm")
+
+
+def test_numpy_noise_is_fixed_by_the_seed_not_the_threads(monkeypatch):
+    """SineGen's noise as the engine draws it (seeded chunks over several threads): the same
+    for a seed whatever the thread count, another for another seed, standard normal, with
+    initial phases in [0, 1)."""
+    from kokoro_tvm.runtime import engine
+
+    frames = 300  # 180,000 samples: several chunks, the last one partial
+    monkeypatch.setattr(engine, "NOISE_THREADS", 1)
+    phases, noise = engine.numpy_noise(7, frames)
+    monkeypatch.setattr(engine, "NOISE_THREADS", 4)
+    again = engine.numpy_noise(7, frames)
+    assert np.array_equal(phases, again[0]) and np.array_equal(noise, again[1])
+    assert noise.shape == (1, 600 * frames, 9) and noise.dtype == np.float32
+    assert not np.array_equal(noise, engine.numpy_noise(8, frames)[1])
+    assert abs(float(noise.mean())) < 0.01 and abs(float(noise.std()) - 1) < 0.01
+    # Chunks are independent streams: no chunk repeats another.
+    chunk = engine.NOISE_CHUNK
+    assert not np.array_equal(noise[0, :chunk], noise[0, chunk:2 * chunk])
+    assert phases.shape == (1, 9) and 0 <= phases.min() and phases.max() < 1

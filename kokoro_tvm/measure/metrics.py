@@ -91,3 +91,44 @@ def spectral_metrics(out: np.ndarray, ref: np.ndarray, probe: np.ndarray
         "probe_log_mel_l1": metric(log_mel_l1(probe, ref)),
         "probe_snr_db": metric(probe_snr),
     }
+
+
+# The decoder's harmonic source against its float64 truth (docs/decisions.md, Fidelity): the
+# library's error may be at most ``ratio`` times PyTorch float32's own over the whole output,
+# and ``head_ratio`` times over its first ``head_frames`` frames, where float32 phase has not
+# drifted yet, so that a wrong source fails at every bucket. Errors below ``floor`` count as it.
+SOURCE_TOLERANCES = {"ratio": 10.0, "head_ratio": 4.0, "head_frames": 32, "floor": 1e-6}
+
+
+def harmonic_error(har: np.ndarray, truth: np.ndarray, positions: int | None = None) -> float:
+    """RMS error of a harmonic source ``[B, 2n, T]`` (n magnitudes, then n phases) against the
+    truth, relative to the truth's RMS, on the complex STFT (a phase's branch cut, a 2 pi jump,
+    is no error), over the first ``positions`` STFT frames (all by default)."""
+    def complex_stft(values: np.ndarray) -> np.ndarray:
+        n = values.shape[1] // 2
+        values = values[..., :positions].astype(np.float64)
+        return values[:, :n] * np.exp(1j * values[:, n:])
+
+    reference = complex_stft(truth)
+    error = complex_stft(har) - reference
+    return float(np.sqrt(np.mean(np.abs(error) ** 2) / max(np.mean(np.abs(reference) ** 2),
+                                                            1e-300)))
+
+
+def source_metrics(out: np.ndarray, ref: np.ndarray, truth: np.ndarray, per_frame: int
+                   ) -> dict[str, dict[str, Any]]:
+    """``out`` (the library's float32 source) and ``ref`` (PyTorch's float32) against ``truth``
+    (float64), ``per_frame`` STFT frames per frame: errors, and ``out``'s over ``ref``'s judged by
+    SOURCE_TOLERANCES."""
+    floor = SOURCE_TOLERANCES["floor"]
+    head = per_frame * SOURCE_TOLERANCES["head_frames"] + 1
+    metrics = {}
+    for name, positions, ratio in (("", None, SOURCE_TOLERANCES["ratio"]),
+                                   ("head_", head, SOURCE_TOLERANCES["head_ratio"])):
+        error = harmonic_error(out, truth, positions)
+        pytorch = harmonic_error(ref, truth, positions)
+        metrics[f"float64_{name}error"] = metric(error)
+        metrics[f"float64_{name}pytorch_error"] = metric(pytorch)
+        metrics[f"float64_{name}error_ratio"] = metric(max(error, floor) / max(pytorch, floor),
+                                                       ratio)
+    return metrics

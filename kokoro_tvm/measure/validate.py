@@ -1,6 +1,6 @@
-"""Static fidelity: a built library against the PyTorch wrapper it came from; and, for
-components with a length mask (duration, text_encoder, f0n, decoder), length-exact fidelity: the
-library's valid outputs against unpatched Kokoro run on the same utterance without padding.
+"""Static fidelity: a built library against the PyTorch wrapper it came from; and, for every
+component (each has a length mask), length-exact fidelity: the library's valid outputs against
+unpatched Kokoro run on the same utterance without padding.
 What the bars are and why: docs/decisions.md, Fidelity.
 
 Both run on the same padded example inputs (``Component.example_inputs`` at one seed). Every
@@ -9,8 +9,8 @@ fed the reference values of its inputs. Components with several functions (the d
 ``source`` then ``body``) also run chained, library to library, and their ``spectral_outputs``
 (the waveform) are judged by log-mel L1 and by an SNR bar relative to a probe: PyTorch against
 itself with one input changed by a rounding-sized amount (``Component.spectral_probe``). The
-decoder's ``source`` output is reported without a bar (ill-conditioned in float32) and judged
-through the chained waveform.
+decoder's ``source`` output, ill-conditioned in float32, has no tight bar: it is judged against
+its float64 truth, relative to PyTorch float32's own error (``float64_reference``).
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from kokoro_tvm.errors import UserError
 from kokoro_tvm.measure.metrics import (
     TIGHT_RELATIVE,
     metric,
+    source_metrics,
     spectral_metrics,
     tight_metrics,
 )
@@ -33,6 +34,7 @@ from kokoro_tvm.model.components import (
     Component,
     crop,
     run_exact_length,
+    run_float64,
     run_reference,
     valid_length,
 )
@@ -114,6 +116,21 @@ def _chained(kmodel, component: Component, env: dict[str, np.ndarray],
     return metrics
 
 
+def _float64(kmodel, component: Component, env: dict[str, np.ndarray],
+             inputs: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], bucket: int
+             ) -> dict[str, dict[str, Any]]:
+    """The ``float64_reference`` output of the chained run against its float64 truth, beside
+    PyTorch float32's (docs/decisions.md, Fidelity)."""
+    metrics = {}
+    for name, truth in run_float64(kmodel, component.name, inputs).items():
+        truth = truth.cpu().numpy()
+        function = next(fn.name for fn in component.functions if name in fn.outputs)
+        found = source_metrics(env[name], ref[name].cpu().numpy(), truth,
+                               (truth.shape[-1] - 1) // bucket)
+        metrics.update({f"{function}.{name}.{key}": entry for key, entry in found.items()})
+    return metrics
+
+
 def _length_exact(kmodel, component: Component, env: dict[str, np.ndarray],
                   inputs: dict[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
     """The library's valid outputs on the padded inputs against unpatched Kokoro run on the
@@ -149,6 +166,8 @@ def validate_component(kmodel, name: str, bucket: int, so_path: str | os.PathLik
         env = _run_chained(component, so_path, params_npz, inputs, device)
     if chained:
         metrics.update(_chained(kmodel, component, env, inputs, ref))
+    if component.float64_reference is not None:
+        metrics.update(_float64(kmodel, component, env, inputs, ref, bucket))
     if component.kokoro is not None:
         metrics.update(_length_exact(kmodel, component, env, inputs))
     judged = [m["passed"] for m in metrics.values() if "passed" in m]

@@ -31,6 +31,7 @@ from kokoro_tvm.model.inputs import (
 from kokoro_tvm.model.kmodel import model_device, on_device
 from kokoro_tvm.model.patches import patched
 from kokoro_tvm.model.unpadded import (
+    kokoro_bert,
     kokoro_decoder,
     kokoro_duration,
     kokoro_f0n,
@@ -42,6 +43,7 @@ from kokoro_tvm.model.wrappers import (
     DurationWrapper,
     F0NWrapper,
     TextEncoderWrapper,
+    source_float64,
 )
 
 
@@ -80,14 +82,24 @@ class Component:
     # Length-exact fidelity (docs/decisions.md, Fidelity), for components whose inputs carry a mask
     # (True on padding): input or output name -> (its length axis, positions per valid one).
     length_axes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Whether the mask is 1 on the valid positions instead (BERT's attention_mask).
+    mask_marks_valid: bool = False
+    # An output judged against its float64 truth (the decoder's ill-conditioned harmonic
+    # source): its name, and what computes it in float64 from its function's inputs.
+    float64_reference: tuple[str, Callable[..., torch.Tensor]] | None = None
     # Kokoro's own code for the component, unpatched, run on unpadded inputs (the reference):
     # takes the component's ``inputs`` by name, returns the last function's outputs.
     kokoro: Callable[..., tuple[torch.Tensor, ...]] | None = None
 
     @property
     def mask_input(self) -> str:
-        """The input that is True on padding (text_mask or frame_mask)."""
+        """The input that marks the padding (text_mask, frame_mask: True there) or the valid
+        positions (attention_mask: 1 there, ``mask_marks_valid``)."""
         return next(name for name in self.length_axes if name.endswith("_mask"))
+
+    def unpadded_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        """``mask`` as it reads when every position is valid."""
+        return torch.ones_like(mask) if self.mask_marks_valid else torch.zeros_like(mask)
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -104,7 +116,9 @@ class Component:
 
 COMPONENTS: dict[str, Component] = {c.name: c for c in (
     Component("bert", "tokens", False, (), BertWrapper, bert_inputs,
-              (Function("main", "forward", ("input_ids", "attention_mask"), ("d_en",)),)),
+              (Function("main", "forward", ("input_ids", "attention_mask"), ("d_en",)),),
+              length_axes={"input_ids": (1, 1), "attention_mask": (1, 1), "d_en": (2, 1)},
+              mask_marks_valid=True, kokoro=kokoro_bert),
     Component("duration", "tokens", True, ("packed_lstm",), DurationWrapper, duration_inputs,
               (Function("main", "forward", ("d_en", "s", "text_mask"), ("d", "durations")),),
               length_axes={"d_en": (2, 1), "text_mask": (1, 1), "d": (1, 1),
@@ -125,6 +139,7 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in (
                Function("body", "body", ("asr", "f0", "n", "s", "har", "frame_mask"),
                         ("audio",))),
               spectral_outputs=("audio",), spectral_probe=("f0", 1e-6),
+              float64_reference=("har", source_float64),
               # 600 samples per frame: 2 F0 values per frame, x prod(upsample_rates) * hop.
               length_axes={"asr": (2, 1), "f0": (1, 2), "n": (1, 2), "frame_mask": (1, 1),
                            "sine_noise": (1, SAMPLES_PER_FRAME),
@@ -169,7 +184,9 @@ def run_reference(kmodel, name: str, inputs: dict[str, torch.Tensor]) -> dict[st
 
 def valid_length(name: str, inputs: dict[str, torch.Tensor]) -> int:
     """The utterance's length in the bucket's units (tokens or frames), from its mask."""
-    return int((~inputs[COMPONENTS[name].mask_input]).sum())
+    component = COMPONENTS[name]
+    mask = inputs[component.mask_input]
+    return int((mask.bool() if component.mask_marks_valid else ~mask).sum())
 
 
 def crop(name: str, values: dict[str, Any], length: int) -> dict[str, Any]:
@@ -186,11 +203,23 @@ def run_exact_length(kmodel, name: str, inputs: dict[str, torch.Tensor]
     which the valid part of a bucketed run must equal."""
     component = COMPONENTS[name]
     cropped = crop(name, inputs, valid_length(name, inputs))
-    cropped[component.mask_input] = torch.zeros_like(cropped[component.mask_input])
+    cropped[component.mask_input] = component.unpadded_mask(cropped[component.mask_input])
     cropped = on_device(cropped, model_device(kmodel))
     with torch.no_grad():
         outs = component.kokoro(kmodel, **{i: cropped[i] for i in component.inputs})
     return dict(zip(component.functions[-1].outputs, _as_tuple(outs)))
+
+
+def run_float64(kmodel, name: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The component's ``float64_reference`` output computed in float64 (empty without one)."""
+    component = COMPONENTS[name]
+    if component.float64_reference is None:
+        return {}
+    output, compute = component.float64_reference
+    function = next(fn for fn in component.functions if output in fn.outputs)
+    env = on_device(inputs, model_device(kmodel))
+    with patched(component.patches), torch.no_grad():
+        return {output: compute(kmodel, *(env[i] for i in function.inputs))}
 
 
 def export_component(kmodel, name: str, bucket: int, seed: int = 0

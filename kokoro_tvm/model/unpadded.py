@@ -12,6 +12,11 @@ def _lengths_of(x: torch.Tensor) -> torch.Tensor:
     return torch.tensor([x.shape[-1]])
 
 
+def kokoro_bert(kmodel, input_ids, attention_mask):
+    hidden = kmodel.bert(input_ids, attention_mask=attention_mask)
+    return (kmodel.bert_encoder(hidden).transpose(-1, -2),)
+
+
 def kokoro_duration(kmodel, d_en, s, text_mask):
     p = kmodel.predictor
     d = p.text_encoder(d_en, s, _lengths_of(d_en), text_mask)

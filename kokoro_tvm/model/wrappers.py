@@ -4,7 +4,9 @@ parameter of the wrapper, used or not). Padding never reaches a valid output: ma
 every LSTM and every InstanceNorm (docs/decisions.md, Fidelity)."""
 from __future__ import annotations
 
+import copy
 import math
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -149,6 +151,32 @@ def _upsampled(valid: torch.Tensor, factor: int) -> torch.Tensor:
     return F.interpolate(valid, scale_factor=factor, mode="nearest")
 
 
+def harmonic_source(gen, f0, phase_noise, sine_noise, valid):
+    """DecoderWrapper.source with the generator's modules it reads (``f0_upsamp``, ``m_source``,
+    ``stft``) given, so that a float64 copy of them computes the same (``source_float64``)."""
+    valid = _upsampled(valid, 2)  # F0 resolution
+    f0 = f0 * valid[:, 0]
+    f0_samples = gen.f0_upsamp(f0[:, None]).transpose(1, 2)
+    har_source, _, _ = gen.m_source(f0_samples, phase_noise, sine_noise)
+    har_source = har_source.transpose(1, 2)  # [B, 1, samples]
+    samples = gen.f0_upsamp(valid)
+    last = samples - F.pad(samples[..., 1:], (0, 1))  # 1 on the last valid sample
+    held = (har_source * last).sum(dim=-1, keepdim=True)
+    har_source = har_source * samples + held * (1 - samples)
+    har_spec, har_phase = gen.stft.transform(har_source.squeeze(1))
+    return torch.cat([har_spec, har_phase], dim=1)
+
+
+def source_float64(kmodel, f0, phase_noise, sine_noise, frame_mask=None) -> torch.Tensor:
+    """The decoder's harmonic source in float64, on float64 copies of the modules it reads: the
+    truth that float32 forms of this ill-conditioned part are measured against."""
+    gen = kmodel.decoder.generator
+    parts = SimpleNamespace(**{name: copy.deepcopy(getattr(gen, name)).double()
+                               for name in ("f0_upsamp", "m_source", "stft")})
+    return harmonic_source(parts, f0.double(), phase_noise.double(), sine_noise.double(),
+                           DecoderWrapper._valid(f0.double(), frame_mask))
+
+
 class DecoderWrapper(nn.Module):
     """The decoder split in two: ``source`` (F0 and noise -> harmonic source ``har``, the
     ill-conditioned part) and ``body`` (everything else); ``forward`` is both.
@@ -180,18 +208,8 @@ class DecoderWrapper(nn.Module):
         return (~frame_mask).to(f0.dtype)[:, None, :]
 
     def source(self, f0, phase_noise, sine_noise, frame_mask=None):
-        gen = self.decoder.generator
-        valid = _upsampled(self._valid(f0, frame_mask), 2)  # F0 resolution
-        f0 = f0 * valid[:, 0]
-        f0_samples = gen.f0_upsamp(f0[:, None]).transpose(1, 2)
-        har_source, _, _ = gen.m_source(f0_samples, phase_noise, sine_noise)
-        har_source = har_source.transpose(1, 2)  # [B, 1, samples]
-        samples = gen.f0_upsamp(valid)
-        last = samples - F.pad(samples[..., 1:], (0, 1))  # 1 on the last valid sample
-        held = (har_source * last).sum(dim=-1, keepdim=True)
-        har_source = har_source * samples + held * (1 - samples)
-        har_spec, har_phase = gen.stft.transform(har_source.squeeze(1))
-        return torch.cat([har_spec, har_phase], dim=1)
+        return harmonic_source(self.decoder.generator, f0, phase_noise, sine_noise,
+                               self._valid(f0, frame_mask))
 
     def body(self, asr, f0, n, s, har, frame_mask=None):
         dec = self.decoder

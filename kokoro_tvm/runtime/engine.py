@@ -225,11 +225,10 @@ class TvmEngine:
         self._timed("align", started)
 
         # SineGen's noise is drawn on the host while f0n runs (on a GPU, at the same time).
-        decoder_bucket = c["decoder"].fit(total)
-        noise = self._background.submit(self._padded_noise, seed, total, decoder_bucket)
-
         started = time.perf_counter()
         bucket = c["f0n"].fit(total)
+        decoder_bucket = c["decoder"].fit(total)
+        noise = self._background.submit(self._padded_noise, seed, total, decoder_bucket)
         (f0, noise_n) = c["f0n"].run(bucket, "main", {
             "en": _padded(en, bucket), "s": style_prosody,
             "frame_mask": np.arange(bucket)[None, :] >= total})  # True on padding

@@ -1,0 +1,96 @@
+"""The bar of the decoder's harmonic source (measure/metrics.py, source_metrics): its float32
+error against the float64 truth (model/wrappers.py, source_float64) relative to PyTorch
+float32's own, over the whole output and its first frames. A correct source passes; a wrong
+one (sign flipped, a harmonic left out, zeros) fails both ratio bars, and the chained
+waveform's SNR bar catches each too."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from kokoro_tvm.assets.model_config import kokoro_config
+from kokoro_tvm.measure.metrics import source_metrics, spectral_metrics
+from kokoro_tvm.model.components import COMPONENTS, run_float64, run_reference
+from kokoro_tvm.model.kmodel import build_kmodel
+from kokoro_tvm.model.patches import patched
+
+TINY = Path(__file__).resolve().parent / "data" / "tiny.yaml"
+BUCKET = 16
+DECODER = COMPONENTS["decoder"]
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+@pytest.fixture(scope="module")
+def source():
+    """The tiny decoder's inputs, PyTorch's float32 source, its float64 truth, and the audio
+    the body makes of a given source."""
+    config = kokoro_config(yaml.safe_load(TINY.read_text())["weights"]["random_model"])
+    torch.manual_seed(0)
+    kmodel = build_kmodel(config, disable_complex=True).eval()
+    inputs = DECODER.example_inputs(kmodel, BUCKET, 0)
+    # The tiny model's own F0 is near 0 Hz (unvoiced: no sines, only noise); a voiced contour
+    # of 60-180 Hz makes the source the sines whose phase float32 gets wrong.
+    f0 = inputs["f0"]
+    inputs["f0"] = 120 + 60 * torch.sin(torch.linspace(0, 6, f0.shape[-1]))[None].to(f0.dtype)
+    ref = run_reference(kmodel, "decoder", inputs)
+    truth = run_float64(kmodel, "decoder", inputs)["har"].numpy()
+    wrapper = DECODER.wrapper(kmodel).eval()
+
+    def audio(har: np.ndarray) -> np.ndarray:
+        body = DECODER.functions[1]
+        args = [torch.from_numpy(har) if name == "har" else inputs[name] for name in body.inputs]
+        with patched(DECODER.patches), torch.no_grad():
+            return wrapper.body(*args).numpy()
+
+    def har_with(harmonic_off: int | None = None, **changed) -> np.ndarray:
+        """The float32 source on changed inputs, or with one harmonic left out of the mix."""
+        args = {**inputs, **changed}
+        mix = kmodel.decoder.generator.m_source.l_linear.weight
+        saved = mix.detach().clone()
+        with patched(DECODER.patches), torch.no_grad():
+            if harmonic_off is not None:
+                mix[0, harmonic_off] = 0
+            try:
+                return wrapper.source(*(args[i] for i in DECODER.functions[0].inputs)).numpy()
+            finally:
+                mix.copy_(saved)
+
+    return inputs, ref, truth, audio, har_with
+
+
+def _per_frame(truth: np.ndarray) -> int:
+    return (truth.shape[-1] - 1) // BUCKET
+
+
+def test_pytorch_float32_source_passes(source):
+    inputs, ref, truth, _, _ = source
+    har = ref["har"].numpy()
+    found = source_metrics(har, har, truth, _per_frame(truth))
+    assert found["float64_error_ratio"]["passed"] and found["float64_head_error_ratio"]["passed"]
+    assert 0 < found["float64_pytorch_error"]["value"] < 1e-3  # float32 rounding only
+
+
+def _wrong_sources(ref, har_with) -> dict[str, np.ndarray]:
+    har = ref["har"].numpy()
+    flipped = har.copy()
+    flipped[:, har.shape[1] // 2:] += np.pi  # every STFT bin's phase turned: the sine negated
+    # (SineGen's random initial phases are no lever: Kokoro's downsampling never reads them.)
+    return {"sign flipped": flipped, "harmonic 4 left out": har_with(harmonic_off=4),
+            "zeros": np.zeros_like(har)}
+
+
+def test_wrong_sources_fail_every_bar(source):
+    inputs, ref, truth, audio, har_with = source
+    expected = audio(ref["har"].numpy())
+    for name, wrong in _wrong_sources(ref, har_with).items():
+        found = source_metrics(wrong, ref["har"].numpy(), truth, _per_frame(truth))
+        assert not found["float64_error_ratio"]["passed"], name
+        assert not found["float64_head_error_ratio"]["passed"], name
+        chained = spectral_metrics(audio(wrong), expected, audio(har_with(
+            f0=inputs["f0"] * (1 + DECODER.spectral_probe[1]))))
+        assert not chained["snr_db"]["passed"], (name, chained)
