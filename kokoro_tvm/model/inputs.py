@@ -43,8 +43,9 @@ def config_of(kmodel) -> dict[str, Any]:
 
 
 def _tokens(dims, T, g) -> dict[str, torch.Tensor]:
-    """A padded utterance: 0, phoneme ids, 0, then 0 padding up to the bucket; Kokoro's masks."""
-    n = int(torch.randint(max(3, T // 2), T + 1, (1,), generator=g))
+    """A padded utterance: 0, phoneme ids, 0, then 0 padding up to the bucket (one position at
+    least, so that length-exact fidelity always sees padding); Kokoro's masks."""
+    n = int(torch.randint(max(3, T // 2), T, (1,), generator=g))
     vocab = torch.tensor(dims["token_ids"])
     ids = torch.zeros(1, T, dtype=torch.int64)
     ids[0, 1:n - 1] = vocab[torch.randint(len(vocab), (n - 2,), generator=g)]
