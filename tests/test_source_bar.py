@@ -5,6 +5,7 @@ one (sign flipped, a harmonic left out, zeros) fails both ratio bars, and the ch
 waveform's SNR bar catches each too."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 import torch
 import yaml
 
+from kokoro_tvm import paths
 from kokoro_tvm.assets.model_config import kokoro_config
 from kokoro_tvm.measure.metrics import source_metrics, spectral_metrics
 from kokoro_tvm.model.components import COMPONENTS, run_float64, run_reference
@@ -94,3 +96,15 @@ def test_wrong_sources_fail_every_bar(source):
         chained = spectral_metrics(audio(wrong), expected, audio(har_with(
             f0=inputs["f0"] * (1 + DECODER.spectral_probe[1]))))
         assert not chained["snr_db"]["passed"], (name, chained)
+
+
+def test_validation_reports_the_source_bar(built):
+    """The validate stage judges the decoder's source by these bars: the tiny build's report
+    has both ratios with their tolerances, passed."""
+    report = json.loads((built / paths.VALIDATION.format(
+        target="llvm", component="decoder", lstm="none", bucket=BUCKET)).read_text())
+    metrics = report["metrics"]
+    for name, tolerance in (("float64_error_ratio", 10.0), ("float64_head_error_ratio", 4.0)):
+        assert metrics[f"source.har.{name}"]["tolerance"] == tolerance
+        assert metrics[f"source.har.{name}"]["passed"]
+    assert report["passed"]
