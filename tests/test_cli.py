@@ -180,12 +180,12 @@ def test_api_create_and_stream_in_kokoro_onnx_style(built):
     assert len(engine.calls) == 1 and engine.calls[0][1] == 1.25  # sentences joined
     assert len(samples) == 600 * engine.calls[0][0]
     chunks = list(tts.stream(text, voice="af_heart", speed=1.25))
-    # Streaming leads with the first sentence's first words (at most 24 tokens), then sentences.
-    assert [c.text for c in chunks] == ["The first sentence is", "here.",
-                                        "A second one follows it.", "And a third."]
+    assert [c.text for c in chunks] == ["The first sentence is here.", "A second one follows it.",
+                                        "And a third."]
     assert [c.start_seconds for c in chunks] == [
-        sum(len(c.samples) for c in chunks[:i]) / SAMPLE_RATE for i in range(len(chunks))]
+        0, len(chunks[0].samples) / SAMPLE_RATE,
+        (len(chunks[0].samples) + len(chunks[1].samples)) / SAMPLE_RATE]
     assert sum(len(c.samples) for c in chunks) == 600 * sum(n for n, _, _ in engine.calls[1:])
     with pytest.raises(RequestError, match="speed 3 is outside"):
         next(tts.stream(text, speed=3))  # checked before any synthesis
-    assert len(engine.calls) == 5
+    assert len(engine.calls) == 4

@@ -52,33 +52,6 @@ def test_pieces_join_whole_sentences_up_to_the_limit_unless_streaming():
     assert [p.text for p in long] == ["aaaa bbbb,", "cccc dddd,", "eeee."]  # clauses
 
 
-def test_streaming_leads_with_a_short_piece_and_drops_nothing():
-    """Streaming, the first piece is at most LEAD_TOKENS tokens: the first clause when it fits,
-    else the most whole words that fit (one word at least); the rest of that sentence follows,
-    then one piece per sentence; every word is in exactly one piece, in order."""
-    vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .,", 1)}  # a token a char
-    assert g2p.LEAD_TOKENS == 24
-
-    def texts(text: str) -> list[str]:
-        found = g2p.pieces(text, str.lower, vocab, per_sentence=True)
-        assert " ".join(p.text for p in found).split() == text.split()
-        assert all(p.phonemes == p.text.lower() for p in found)
-        return [p.text for p in found]
-
-    clause = "a short clause, then the rest of this first sentence. next one."
-    assert texts(clause) == ["a short clause,", "then the rest of this first sentence.",
-                             "next one."]
-    words = "words without any clause break in this sentence. next."
-    assert texts(words) == ["words without any clause", "break in this sentence.", "next."]
-    assert texts("short one. next one.") == ["short one.", "next one."]  # fits: whole
-    long_word = "a" * 40
-    assert texts(f"{long_word} b c.") == [long_word, "b c."]
-    assert texts(words.replace(". next.", ".")) == ["words without any clause",
-                                                   "break in this sentence."]
-    joined = g2p.pieces(words, str.lower, vocab)  # not streaming: whole sentences
-    assert [p.text for p in joined] == [words]
-
-
 def test_language_follows_the_voice_as_in_kokoro():
     assert g2p.language_of_voice("af_heart") == "en-us"
     assert g2p.language_of_voice("bf_emma:0.5,af_heart:0.5") == "en-gb"

