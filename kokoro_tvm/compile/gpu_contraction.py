@@ -100,12 +100,12 @@ def _divisor_at_most(n: int, limit: int) -> int:
 SHARED_BYTES = 40 * 1024  # of the 48 KiB a thread block may use without opting in
 
 
-def schedule_contraction(func: tvm.tirx.PrimFunc, tile: Tile | None = None
-                         ) -> s_tir.Schedule | None:
-    """The GPU schedule of a function holding one of our contractions, or None if it holds none
-    or something else this schedule cannot place (a reduction besides the contraction). Input
-    channels per step are the most, up to the tile's, whose staged tiles fit SHARED_BYTES."""
-    tile = tile or DEFAULT_TILE
+def schedule_contraction(func: tvm.tirx.PrimFunc) -> s_tir.Schedule | None:
+    """The GPU schedule (``DEFAULT_TILE``, which the legalization pads to) of a function holding
+    one of our contractions, or None if it holds none or something else this schedule cannot
+    place (a reduction besides the contraction). Input channels per step are the most, up to
+    the tile's, whose staged tiles fit SHARED_BYTES."""
+    tile = DEFAULT_TILE
     sch = s_tir.Schedule(func)
     found = find_contraction(sch)
     if found is None:
