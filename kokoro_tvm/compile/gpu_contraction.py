@@ -57,6 +57,7 @@ class Tile:
 
 
 DEFAULT_TILE = Tile()
+SHARED_BYTES = 40 * 1024  # of the 48 KiB a thread block may use without opting in
 
 
 def legalize_conv1d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
@@ -95,9 +96,6 @@ LEGALIZATIONS = {
 
 def _divisor_at_most(n: int, limit: int) -> int:
     return max(d for d in range(1, min(n, limit) + 1) if n % d == 0)
-
-
-SHARED_BYTES = 40 * 1024  # of the 48 KiB a thread block may use without opting in
 
 
 def schedule_contraction(func: tvm.tirx.PrimFunc) -> s_tir.Schedule | None:

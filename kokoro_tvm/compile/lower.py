@@ -121,20 +121,15 @@ def _gpu_kernels() -> tvm.transform.Pass:
     return tvm.transform.Sequential([gpu_lstm_recurrence, gpu_instance_norm])
 
 
-def _gpu_contraction():
-    """compile/gpu_contraction.py, imported only for GPU targets (as ``_gpu_kernels``)."""
-    from kokoro_tvm.compile import gpu_contraction
-
-    return gpu_contraction
-
-
 def _gpu_schedules() -> tvm.transform.Pass:
-    """Our GPU schedules (convolutions, the norm) before dlight's rules take the rest."""
+    """Our GPU schedules (convolutions, the norm) before dlight's rules take the rest; imported
+    only for GPU targets, as ``_gpu_kernels``."""
     from tvm.s_tir import dlight as dl
 
+    from kokoro_tvm.compile.gpu_contraction import Contraction
     from kokoro_tvm.compile.gpu_instance_norm import RowNorm
 
-    return dl.ApplyDefaultSchedule(_gpu_contraction().Contraction(), RowNorm())
+    return dl.ApplyDefaultSchedule(Contraction(), RowNorm())
 
 
 def _arange_kernel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
@@ -150,7 +145,9 @@ def _legalize(schedule: bool, gpu: bool) -> tvm.transform.Pass:
     if schedule:
         custom.update(schedules.LEGALIZATIONS)
     if gpu:
-        custom.update(_gpu_contraction().LEGALIZATIONS)
+        from kokoro_tvm.compile.gpu_contraction import LEGALIZATIONS as GPU_LEGALIZATIONS
+
+        custom.update(GPU_LEGALIZATIONS)
     return relax.transform.LegalizeOps(customize_legalize_map=custom)
 
 
