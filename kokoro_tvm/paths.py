@@ -30,6 +30,8 @@ ASSET_VOICE = f"{ASSETS}/{MODEL_VOICE}"
 ASSET_VOICES_PROVENANCE = f"{ASSET_VOICE_DIR}/provenance.json"
 
 EXPORT = f"{RESULTS}/export/{{component}}/b{{bucket}}.pt2"
+# What PyTorch computes on the exported bucket's example inputs (validation reads it).
+EXPORT_REFERENCE = f"{RESULTS}/export/{{component}}/b{{bucket}}.reference.npz"
 RELAX = f"{RESULTS}/relax/{{component}}/{{lstm}}/b{{bucket}}.json"
 PARAMS = f"{RESULTS}/params/{{component}}.npz"
 TUNE = f"{RESULTS}/tune/{{target}}/{{component}}/{{lstm}}/b{{bucket}}"

@@ -1,4 +1,5 @@
-# Export: one Kokoro component traced by torch.export at one static bucket.
+# Export: one Kokoro component traced by torch.export at one static bucket, and what PyTorch
+# computes on the bucket's example inputs (validation of every target and method reads it).
 
 
 rule export:
@@ -9,6 +10,7 @@ rule export:
         script=script("export.py"),
     output:
         pt2=paths.EXPORT,
+        reference=paths.EXPORT_REFERENCE,
     params:
         seed=setting("validation.seed"),
         versions=versions("torch", "kokoro"),
@@ -21,4 +23,4 @@ rule export:
     shell:
         "python {input.script} --checkpoint {input.checkpoint} --model-config {input.config}"
         " --component {wildcards.component} --bucket {wildcards.bucket} --seed {params.seed}"
-        " --out {output.pt2} > {log} 2>&1"
+        " --out {output.pt2} --out-reference {output.reference} > {log} 2>&1"

@@ -1,18 +1,17 @@
-# Validate: every library against PyTorch on the same inputs, and at exact length.
+# Validate: every library against PyTorch's values for its bucket (saved by export), and at exact
+# length.
 
 
 rule validate:
     input:
         library=rules.build.output.library,
         params=rules.params.output.npz,
-        checkpoint=rules.weights.output.checkpoint,
-        config=rules.weights.output.config,
+        reference=rules.export.output.reference,
         code=component_code("validate.py"),
         script=script("validate.py"),
     output:
         report=paths.VALIDATION,
     params:
-        seed=setting("validation.seed"),
         options=lambda wildcards: target_options(wildcards.target),
     threads: job_threads
     log:
@@ -22,8 +21,8 @@ rule validate:
     conda:
         "../envs/kokoro-tvm.yaml"
     shell:
-        "TVM_NUM_THREADS={threads} python {input.script} --checkpoint {input.checkpoint} --model-config {input.config}"
+        "TVM_NUM_THREADS={threads} python {input.script}"
         " --component {wildcards.component} --lstm {wildcards.lstm} --bucket {wildcards.bucket}"
-        " --library {input.library} --params {input.params} --seed {params.seed}"
-        " --target-options '{params.options}' --threads {threads}"
+        " --library {input.library} --params {input.params} --reference {input.reference}"
+        " --target-options '{params.options}'"
         " --out {output.report} > {log} 2>&1"

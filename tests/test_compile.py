@@ -23,7 +23,12 @@ from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.relax import import_programs
 from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.measure.validate import validate_component
-from kokoro_tvm.model.components import COMPONENTS, export_component
+from kokoro_tvm.model.components import (
+    COMPONENTS,
+    export_component,
+    reference_values,
+    run_reference,
+)
 from kokoro_tvm.model.kmodel import build_kmodel
 from kokoro_tvm.model.patches import PATCHES, patched
 from kokoro_tvm.model.wrappers import DecoderWrapper, TextEncoderWrapper
@@ -72,7 +77,10 @@ def test_lowered_module_survives_json(built):
 
 
 def test_library_matches_pytorch(built, kmodel):
-    result = validate_component(kmodel, built.name, BUCKET, built.so_path, built.params_npz, seed=0)
+    env = run_reference(kmodel, built.name,
+                        COMPONENTS[built.name].example_inputs(kmodel, BUCKET, 0))
+    result = validate_component(built.name, BUCKET, built.so_path, built.params_npz,
+                                reference_values(kmodel, built.name, env))
     assert result["passed"], json.dumps(result["metrics"], indent=1)
     json.dumps(result)  # the validate stage writes it as JSON
 

@@ -221,9 +221,9 @@ def test_failed_validation_names_the_library_and_writes_no_report(built, tmp_pat
     report = tmp_path / "report.json"
     done = subprocess.run(
         [sys.executable, str(REPO / "workflow_scripts/validate.py"),
-         "--checkpoint", str(built / "results/assets/kokoro-82m.pth"),
-         "--model-config", str(built / "results/assets/config.json"), "--component", "bert",
-         "--lstm", "none", "--bucket", "16", "--library", str(library), "--params", str(wrong),
+         "--component", "bert", "--lstm", "none", "--bucket", "16", "--library", str(library),
+         "--params", str(wrong),
+         "--reference", str(built / "results/export/bert/b16.reference.npz"),
          "--out", str(report)], capture_output=True, text=True)
     assert done.returncode == 1
     assert str(library) in done.stderr and "failed validation" in done.stderr
@@ -260,13 +260,13 @@ def test_report_shows_the_validation_table(built, workflow):
 
 def test_cores_decide_the_threads_of_validation(built, workflow, tmp_path):
     """The shared build ran with `--cores 2`: its validation used 2 threads. `--cores 1`: the
-    validate job is given one, and PyTorch and the library run with one (more threads than
+    validate job is given one, and the library runs with one (more threads than
     this 2-core machine has would only measure oversubscription). Run in a copy of the build
     whose artifacts are hard links (replaced by rename, never rewritten), so the shared build
     stays as it was."""
     report = "results/validate/llvm/bert/none/b16.json"
     before = (built / report).read_text()
-    assert json.loads(before)["threads"] == {"torch": 2, "tvm": 2}
+    assert json.loads(before)["threads"] == {"tvm": 2}
     copy = tmp_path / "copy"
     shutil.copytree(built, copy, copy_function=os.link,
                     ignore=shutil.ignore_patterns(".snakemake", "logs", "benchmarks"))
@@ -275,6 +275,6 @@ def test_cores_decide_the_threads_of_validation(built, workflow, tmp_path):
                          snakefile=workflow / "Snakefile")
     log = done.stdout + done.stderr
     assert re.findall(r"^(?:local)?rule (\w+):", log, re.M) == ["validate"], log
-    assert json.loads((copy / report).read_text())["threads"] == {"torch": 1, "tvm": 1}
+    assert json.loads((copy / report).read_text())["threads"] == {"tvm": 1}
     assert (copy / "benchmarks/validate/llvm/bert/none/b16.tsv").is_file()
     assert (built / report).read_text() == before

@@ -124,9 +124,8 @@ def test_aarch64_library_runs_under_emulation_and_matches_pytorch(other_built, a
     chained for the spectral outputs (the decoder's waveform)."""
     from kokoro_tvm import paths
     from kokoro_tvm.measure.metrics import TIGHT_RELATIVE, spectral_metrics, tight_metrics
-    from kokoro_tvm.measure.validate import probe_inputs
     from kokoro_tvm.model.components import COMPONENTS as SPECS
-    from kokoro_tvm.model.components import run_reference
+    from kokoro_tvm.model.components import probe_inputs, run_reference
     from kokoro_tvm.model.kmodel import load_kmodel
 
     manifest = json.loads((other_built / "results/manifest/aarch64.json").read_text())
@@ -160,7 +159,7 @@ def test_aarch64_library_runs_under_emulation_and_matches_pytorch(other_built, a
             outs = run(fn.name, {i: chained[i] for i in fn.inputs})
         chained.update(zip(fn.outputs, outs))
     if component.spectral_outputs:
-        probe = run_reference(kmodel, name, probe_inputs(component, inputs))
+        probe = run_reference(kmodel, name, probe_inputs(name, inputs))
         for out_name in component.spectral_outputs:
             metrics = spectral_metrics(chained[out_name], ref[out_name],
                                        probe[out_name].numpy())

@@ -6,6 +6,7 @@ import sys
 
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.stages.build import build
+from kokoro_tvm.stages.common import without_torch
 
 
 def main() -> None:
@@ -20,6 +21,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="results/lib/{target}/{component}/{lstm}/b{bucket}.so")
     parser.add_argument("--out-meta", required=True)
     args = parser.parse_args()
+    without_torch()
     dims = {"component": args.component, "lstm": args.lstm, "bucket": args.bucket}
     meta = build(args.lowered, args.params, args.target, json.loads(args.target_options),
                  dims, args.out, args.out_meta)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Export one Kokoro component at one static bucket with torch.export (.pt2, one program per function)."""
+"""Export one Kokoro component at one static bucket with torch.export (.pt2, one program per
+function), and save what PyTorch computes on the bucket's example inputs (.reference.npz)."""
 import argparse
 import sys
 
@@ -15,9 +16,11 @@ def main() -> None:
     parser.add_argument("--bucket", required=True, type=int)
     parser.add_argument("--seed", type=int, default=0, help="seeds the inputs traced with")
     parser.add_argument("--out", required=True, help="results/export/{component}/b{bucket}.pt2")
+    parser.add_argument("--out-reference", required=True,
+                        help="results/export/{component}/b{bucket}.reference.npz")
     args = parser.parse_args()
     export(args.checkpoint, args.model_config, args.component, args.bucket, args.out,
-           args.seed)
+           args.out_reference, args.seed)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ import json
 import sys
 
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.stages.common import without_torch
 from kokoro_tvm.stages.lower import lower
 
 
@@ -16,6 +17,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="results/lowered/{target}/{component}/{lstm}/b{bucket}.json")
     parser.add_argument("--tuning-db", help="a MetaSchedule database folder (workflow_scripts/tune.py)")
     args = parser.parse_args()
+    without_torch()
     lower(args.relax, json.loads(args.target_options), args.out, args.tuning_db)
 
 

@@ -15,8 +15,12 @@ interleaved partial sums, which the schedule turns into vector lanes, then a sca
 """
 from __future__ import annotations
 
-from torch import fx
+from typing import TYPE_CHECKING
+
 from tvm import relax, te
+
+if TYPE_CHECKING:  # lowering loads this module without PyTorch (stages/common.without_torch)
+    from torch import fx
 
 # Block annotation: the block computes per-row statistics; its value says which kind.
 ROW_STATISTIC = "kokoro_tvm.row_statistic"

@@ -27,16 +27,20 @@ sequence's last valid step; outputs of steps beyond the length are zeros.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
 import tvm
-from torch import fx
 from tvm import relax
 from tvm.script import tirx as T
 
 from kokoro_tvm.compile import fastmath
-from kokoro_tvm.model.packed_lstm import CONVERTER_KEY
+from kokoro_tvm.model.custom_ops import PACKED_LSTM, converter_key
+
+if TYPE_CHECKING:  # lowering loads this module without PyTorch (stages/common.without_torch)
+    import torch
+    from torch import fx
+
+CONVERTER_KEY = converter_key(PACKED_LSTM)
 
 # The name prefix of tir_vec's recurrence kernels (GPU targets swap them: compile/gpu_lstm.py).
 VEC_KERNEL_PREFIX = "packed_lstm_recurrence_vec_"

@@ -17,13 +17,13 @@ from tvm.relax.frontend.torch import from_exported_program
 
 from kokoro_tvm.compile.converters import CONVERTERS
 from kokoro_tvm.compile.instance_norm import convert_masked_instance_norm
-from kokoro_tvm.compile.lstm import LSTM_METHODS, LstmMethod
-from kokoro_tvm.model import masked_norm
-from kokoro_tvm.model.packed_lstm import CONVERTER_KEY
+from kokoro_tvm.compile.lstm import CONVERTER_KEY, LSTM_METHODS, LstmMethod
+from kokoro_tvm.model import masked_norm, packed_lstm  # noqa: F401 - register the programs' ops
+from kokoro_tvm.model.custom_ops import MASKED_INSTANCE_NORM, converter_key
 
 Params = dict[str, np.ndarray]
 # Converters of our own ops (the LSTM's come with its method).
-OUR_OPS = {masked_norm.CONVERTER_KEY: convert_masked_instance_norm}
+OUR_OPS = {converter_key(MASKED_INSTANCE_NORM): convert_masked_instance_norm}
 LSTM_OPS = ("lstm.input", "lstm.data", CONVERTER_KEY)
 
 

@@ -11,15 +11,17 @@ fed the reference values of its inputs. Components with several functions (the d
 itself with one input changed by a rounding-sized amount (``Component.spectral_probe``). The
 decoder's ``source`` output, ill-conditioned in float32, has no tight bar: it is judged against
 its float64 truth, relative to PyTorch float32's own error (``float64_reference``).
+
+Everything PyTorch computes for these checks comes in as arrays (``reference_values``, saved by
+the export stage once per component and bucket): validation runs the library and numpy only.
 """
 from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
-import torch
 
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.measure.metrics import (
@@ -33,9 +35,6 @@ from kokoro_tvm.model.components import (
     COMPONENTS,
     Component,
     crop,
-    run_exact_length,
-    run_float64,
-    run_reference,
     valid_length,
 )
 from kokoro_tvm.runtime.cuda import device as tvm_device
@@ -69,107 +68,95 @@ def run_library(so_path: str | os.PathLike, params_npz: str | os.PathLike, funct
 # Validation.
 # --------------------------------------------------------------------------------------------
 
-def _numpy(values: dict[str, torch.Tensor], names) -> dict[str, np.ndarray]:
-    return {n: values[n].detach().cpu().numpy() for n in names}
-
-
-def _per_function(component: Component, so_path, params_npz, ref: dict[str, torch.Tensor],
+def _per_function(component: Component, so_path, params_npz, ref: dict[str, np.ndarray],
                   device: str = "cpu") -> dict[str, dict[str, Any]]:
     """Each function on the reference values of its inputs: the tight check."""
     metrics = {}
     for fn in component.functions:
-        outs = run_library(so_path, params_npz, fn.name, _numpy(ref, fn.inputs), device)
+        outs = run_library(so_path, params_npz, fn.name, {i: ref[i] for i in fn.inputs}, device)
         tolerance = TIGHT_RELATIVE if fn.tight else None  # else judged through the chain
         for out_name, out in zip(fn.outputs, outs):
-            ref_out = ref[out_name].detach().cpu().numpy()
-            for key, entry in tight_metrics(out, ref_out, tolerance).items():
+            for key, entry in tight_metrics(out, ref[out_name], tolerance).items():
                 metrics[f"{fn.name}.{out_name}.{key}"] = entry
     return metrics
 
 
-def probe_inputs(component: Component, inputs: dict[str, torch.Tensor]
-                 ) -> dict[str, torch.Tensor]:
-    """``inputs`` with the component's probe input scaled by 1 + its relative change."""
-    name, change = component.spectral_probe
-    return dict(inputs, **{name: inputs[name] * (1 + change)})
-
-
-def _run_chained(component: Component, so_path, params_npz, inputs: dict[str, torch.Tensor],
+def _run_chained(component: Component, so_path, params_npz, inputs: dict[str, np.ndarray],
                  device: str = "cpu") -> dict[str, np.ndarray]:
     """The inputs and every function's outputs, the functions run library to library."""
-    env = _numpy(inputs, inputs)
+    env = dict(inputs)
     for fn in component.functions:
         env.update(zip(fn.outputs, run_library(so_path, params_npz, fn.name,
                                                {i: env[i] for i in fn.inputs}, device)))
     return env
 
 
-def _chained(kmodel, component: Component, env: dict[str, np.ndarray],
-             inputs: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]
-             ) -> dict[str, dict[str, Any]]:
+def _chained(component: Component, env: dict[str, np.ndarray],
+             reference: Mapping[str, np.ndarray]) -> dict[str, dict[str, Any]]:
     """Spectral metrics on the final waveform of the chained run ``env``."""
-    probe = run_reference(kmodel, component.name, probe_inputs(component, inputs))
     metrics = {}
     for name in component.spectral_outputs:
-        found = spectral_metrics(env[name], ref[name].cpu().numpy(), probe[name].cpu().numpy())
+        found = spectral_metrics(env[name], reference[f"output.{name}"],
+                                 reference[f"probe.{name}"])
         metrics.update({f"chained.{name}.{key}": entry for key, entry in found.items()})
     return metrics
 
 
-def _float64(kmodel, component: Component, env: dict[str, np.ndarray],
-             inputs: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], bucket: int
-             ) -> dict[str, dict[str, Any]]:
+def _float64(component: Component, env: dict[str, np.ndarray],
+             reference: Mapping[str, np.ndarray], bucket: int) -> dict[str, dict[str, Any]]:
     """The ``float64_reference`` output of the chained run against its float64 truth, beside
     PyTorch float32's (docs/decisions.md, Fidelity)."""
-    metrics = {}
-    for name, truth in run_float64(kmodel, component.name, inputs).items():
-        truth = truth.cpu().numpy()
-        function = next(fn.name for fn in component.functions if name in fn.outputs)
-        found = source_metrics(env[name], ref[name].cpu().numpy(), truth,
-                               (truth.shape[-1] - 1) // bucket)
-        metrics.update({f"{function}.{name}.{key}": entry for key, entry in found.items()})
-    return metrics
+    name, _ = component.float64_reference
+    truth = reference[f"float64.{name}"]
+    function = next(fn.name for fn in component.functions if name in fn.outputs)
+    found = source_metrics(env[name], reference[f"output.{name}"], truth,
+                           (truth.shape[-1] - 1) // bucket)
+    return {f"{function}.{name}.{key}": entry for key, entry in found.items()}
 
 
-def _length_exact(kmodel, component: Component, env: dict[str, np.ndarray],
-                  inputs: dict[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
+def _length_exact(component: Component, env: dict[str, np.ndarray],
+                  reference: Mapping[str, np.ndarray]) -> dict[str, dict[str, Any]]:
     """The library's valid outputs on the padded inputs against unpatched Kokoro run on the
     utterance without padding (docs/decisions.md, Fidelity); same bars: tight,
     or spectral for ``spectral_outputs`` (the decoder's waveform, its functions chained)."""
-    length = valid_length(component.name, inputs)
-    exact = run_exact_length(kmodel, component.name, inputs)
-    valid = crop(component.name, {name: env[name] for name in exact}, length)
+    length = valid_length(component.name, env)
     metrics = {"exact_length.length": metric(length)}
-    probe = (run_exact_length(kmodel, component.name, probe_inputs(component, inputs))
-             if component.spectral_outputs else {})
-    for out_name, ref_out in exact.items():
+    for out_name in component.functions[-1].outputs:
+        valid = crop(component.name, {out_name: env[out_name]}, length)[out_name]
+        exact = reference[f"exact.{out_name}"]
         if out_name in component.spectral_outputs:
-            found = spectral_metrics(valid[out_name], ref_out.cpu().numpy(),
-                                     probe[out_name].cpu().numpy())
+            found = spectral_metrics(valid, exact, reference[f"exact_probe.{out_name}"])
         else:
-            found = tight_metrics(valid[out_name], ref_out.cpu().numpy(), TIGHT_RELATIVE)
+            found = tight_metrics(valid, exact, TIGHT_RELATIVE)
         metrics.update({f"exact_length.{out_name}.{key}": entry for key, entry in found.items()})
     return metrics
 
 
-def validate_component(kmodel, name: str, bucket: int, so_path: str | os.PathLike,
-                       params_npz: str | os.PathLike, seed: int = 0, device: str = "cpu"
-                       ) -> dict[str, Any]:
-    """Library vs PyTorch on the example inputs at ``seed``, the library run on ``device``
-    (``cpu`` or ``cuda``): metrics, tolerances, ``passed``."""
+def validate_component(name: str, bucket: int, so_path: str | os.PathLike,
+                       params_npz: str | os.PathLike, reference: Mapping[str, np.ndarray],
+                       device: str = "cpu") -> dict[str, Any]:
+    """Library vs PyTorch on the example inputs, the library run on ``device`` (``cpu`` or
+    ``cuda``): metrics, tolerances, ``passed``. ``reference``: what PyTorch computed on them
+    (``reference_values``, as the export stage saves it)."""
     component = COMPONENTS[name]
-    inputs = component.example_inputs(kmodel, bucket, seed)
-    ref = run_reference(kmodel, name, inputs)
+    inputs = {i: reference[f"input.{i}"] for i in component.inputs}
+    ref = {**inputs, **{o: reference[f"output.{o}"] for o in component.outputs}}
     metrics = _per_function(component, so_path, params_npz, ref, device)
     chained = len(component.functions) > 1
     if chained or component.kokoro is not None:  # one chained run serves both checks
         env = _run_chained(component, so_path, params_npz, inputs, device)
     if chained:
-        metrics.update(_chained(kmodel, component, env, inputs, ref))
+        metrics.update(_chained(component, env, reference))
     if component.float64_reference is not None:
-        metrics.update(_float64(kmodel, component, env, inputs, ref, bucket))
+        metrics.update(_float64(component, env, reference, bucket))
     if component.kokoro is not None:
-        metrics.update(_length_exact(kmodel, component, env, inputs))
+        metrics.update(_length_exact(component, env, reference))
     judged = [m["passed"] for m in metrics.values() if "passed" in m]
-    return {"component": name, "bucket": bucket, "seed": seed, "metrics": metrics,
+    return {"component": name, "bucket": bucket, "metrics": metrics,
             "passed": bool(judged) and all(judged)}
+
+
+def load_reference(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The reference values the export stage saved (``reference_values``)."""
+    with np.load(path) as npz:
+        return {key: npz[key] for key in npz.files}

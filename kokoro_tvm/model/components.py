@@ -17,6 +17,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -182,11 +183,12 @@ def run_reference(kmodel, name: str, inputs: dict[str, torch.Tensor]) -> dict[st
     return env
 
 
-def valid_length(name: str, inputs: dict[str, torch.Tensor]) -> int:
-    """The utterance's length in the bucket's units (tokens or frames), from its mask."""
+def valid_length(name: str, inputs: dict[str, Any]) -> int:
+    """The utterance's length in the bucket's units (tokens or frames), from its mask (a tensor
+    or an array)."""
     component = COMPONENTS[name]
-    mask = inputs[component.mask_input]
-    return int((mask.bool() if component.mask_marks_valid else ~mask).sum())
+    valid = np.asarray(inputs[component.mask_input]).astype(bool)
+    return int((valid if component.mask_marks_valid else ~valid).sum())
 
 
 def crop(name: str, values: dict[str, Any], length: int) -> dict[str, Any]:
@@ -222,16 +224,51 @@ def run_float64(kmodel, name: str, inputs: dict[str, torch.Tensor]) -> dict[str,
         return {output: compute(kmodel, *(env[i] for i in function.inputs))}
 
 
-def export_component(kmodel, name: str, bucket: int, seed: int = 0
+def probe_inputs(name: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``inputs`` with the component's probe input scaled by 1 + its relative change."""
+    probe, change = COMPONENTS[name].spectral_probe
+    return dict(inputs, **{probe: inputs[probe] * (1 + change)})
+
+
+def reference_values(kmodel, name: str, env: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """Everything validation compares a library with, from ``env`` (``run_reference`` on the
+    example inputs): computed once per (component, bucket), by the export stage, for every
+    target and LSTM method (docs/decisions.md, Fidelity). Keys, by prefix:
+
+    - ``input.``/``output.``: the example inputs and every function's PyTorch output;
+    - ``probe.``: the spectral outputs with the probe input nudged (rounding's share);
+    - ``float64.``: the ``float64_reference`` output's float64 truth;
+    - ``exact.``/``exact_probe.``: unpatched Kokoro on the utterance without its padding, and
+      the same with the probe nudge (spectral outputs only)."""
+    component = COMPONENTS[name]
+    inputs = {i: env[i] for i in component.inputs}
+    values = {**{f"input.{i}": env[i] for i in component.inputs},
+              **{f"output.{o}": env[o] for o in component.outputs}}
+    if component.spectral_outputs:
+        probe = run_reference(kmodel, name, probe_inputs(name, inputs))
+        values.update({f"probe.{o}": probe[o] for o in component.spectral_outputs})
+    values.update({f"float64.{o}": v for o, v in run_float64(kmodel, name, inputs).items()})
+    if component.kokoro is not None:
+        values.update({f"exact.{o}": v for o, v in run_exact_length(kmodel, name, inputs).items()})
+        if component.spectral_outputs:
+            exact_probe = run_exact_length(kmodel, name, probe_inputs(name, inputs))
+            values.update({f"exact_probe.{o}": exact_probe[o] for o in component.spectral_outputs})
+    return {key: value.detach().cpu().numpy() for key, value in values.items()}
+
+
+def export_component(kmodel, name: str, bucket: int, seed: int = 0,
+                     env: dict[str, torch.Tensor] | None = None
                      ) -> dict[str, torch.export.ExportedProgram]:
     """Function name -> ExportedProgram at static shapes for ``bucket``.
 
     Later functions are traced on the reference outputs of earlier ones (the decoder body on
-    the harmonic source), so every function sees realistic values while tracing.
+    the harmonic source), so every function sees realistic values while tracing; ``env`` is
+    that run (``run_reference`` on the example inputs at ``seed``) where the caller has it.
     """
     component = COMPONENTS[name]
     wrapper = component.wrapper(kmodel).eval()
-    env = run_reference(kmodel, name, component.example_inputs(kmodel, bucket, seed))
+    if env is None:
+        env = run_reference(kmodel, name, component.example_inputs(kmodel, bucket, seed))
     programs = {}
     with patched(component.patches), torch.no_grad(), warnings.catch_warnings():
         # weight_norm's pre-hook and LSTM.flatten_parameters assign tensor attributes while

@@ -13,12 +13,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-OP_NAME = "kokoro_tvm::masked_instance_norm"
-# The overload name TVM's importer looks converters up by (``node.target.__name__``).
-CONVERTER_KEY = "masked_instance_norm.default"
+from kokoro_tvm.model.custom_ops import MASKED_INSTANCE_NORM
 
 
-@torch.library.custom_op(OP_NAME, mutates_args=())
+@torch.library.custom_op(MASKED_INSTANCE_NORM, mutates_args=())
 def masked_instance_norm(x: Tensor, valid: Tensor, eps: float) -> Tensor:
     count = valid.sum(dim=-1, keepdim=True)
     mean = (x * valid).sum(dim=-1, keepdim=True) / count

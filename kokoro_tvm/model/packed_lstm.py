@@ -17,18 +17,17 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+from kokoro_tvm.model.custom_ops import PACKED_LSTM
+
 # Bound at import, before any patch of torch.nn.utils.rnn (components.PATCHES) is applied.
 _pack, _unpack = pack_padded_sequence, pad_packed_sequence
 
-OP_NAME = "kokoro_tvm::packed_lstm"
-# The overload name TVM's importer looks converters up by (``node.target.__name__``).
-CONVERTER_KEY = "packed_lstm.default"
 WEIGHT_NAMES = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0",
                 "weight_ih_l0_reverse", "weight_hh_l0_reverse", "bias_ih_l0_reverse",
                 "bias_hh_l0_reverse")
 
 
-@torch.library.custom_op(OP_NAME, mutates_args=())
+@torch.library.custom_op(PACKED_LSTM, mutates_args=())
 def packed_lstm(x: Tensor, lengths: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor,
                 b_hh: Tensor, w_ih_reverse: Tensor, w_hh_reverse: Tensor, b_ih_reverse: Tensor,
                 b_hh_reverse: Tensor) -> Tensor:

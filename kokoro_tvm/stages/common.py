@@ -1,6 +1,7 @@
 """What several stages share: the model, the .pt2 archive format, import figures."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from kokoro_tvm.atomic import atomic_path
@@ -30,3 +31,10 @@ def load_programs(path: PathLike) -> dict:
     from torch.export.pt2_archive._package import load_pt2
 
     return dict(load_pt2(str(path)).exported_programs)
+
+
+def without_torch() -> None:
+    """Keeps PyTorch out of this process (``import torch`` fails): tvm_ffi imports it whenever
+    it is installed, about 3 s of each job's start, and the stages after import need none of it.
+    For a stage's own process only (its workflow script): nothing in it may import torch later."""
+    sys.modules.setdefault("torch", None)

@@ -1,12 +1,26 @@
-"""Export: one component traced by torch.export at one static bucket."""
+"""Export: one component traced by torch.export at one static bucket, and what PyTorch computes
+on the bucket's example inputs (every target's and LSTM method's validation reads it)."""
 from __future__ import annotations
 
+import numpy as np
+
+from kokoro_tvm.atomic import atomic_path
 from kokoro_tvm.stages.common import PathLike, kmodel, save_programs
 
 
 def export(checkpoint: PathLike, model_config: PathLike, component: str, bucket: int,
-           out: PathLike, seed: int = 0) -> None:
-    """results/export/{component}/b{bucket}.pt2: the component traced at one static bucket."""
-    from kokoro_tvm.model.components import export_component
+           out: PathLike, out_reference: PathLike, seed: int = 0) -> None:
+    """results/export/{component}/b{bucket}.pt2 and .reference.npz."""
+    from kokoro_tvm.model.components import (
+        COMPONENTS,
+        export_component,
+        reference_values,
+        run_reference,
+    )
 
-    save_programs(export_component(kmodel(checkpoint, model_config), component, bucket, seed), out)
+    model = kmodel(checkpoint, model_config)
+    env = run_reference(model, component, COMPONENTS[component].example_inputs(model, bucket, seed))
+    values = reference_values(model, component, env)
+    with atomic_path(out_reference) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **values)
+    save_programs(export_component(model, component, bucket, seed, env=env), out)

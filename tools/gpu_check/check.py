@@ -84,15 +84,17 @@ def check_library(kmodel, case: dict, bundle: Path, params: Path, weights: dict,
 
     from kokoro_tvm.measure.bench_components import flops
     from kokoro_tvm.measure.validate import validate_component
-    from kokoro_tvm.model.components import COMPONENTS, run_reference
+    from kokoro_tvm.model.components import COMPONENTS, reference_values, run_reference
     from kokoro_tvm.runtime.bare import BareLibrary, median_ms
 
     name, bucket = case["component"], case["bucket"]
     so = bundle / "libs" / f"{case['stem']}.so"
-    report = validate_component(kmodel, name, bucket, so, params, seed, device=device)
     component = COMPONENTS[name]
     inputs = component.example_inputs(kmodel, bucket, seed)
-    reference = {k: v.cpu().numpy() for k, v in run_reference(kmodel, name, inputs).items()}
+    env = run_reference(kmodel, name, inputs)
+    report = validate_component(name, bucket, so, params, reference_values(kmodel, name, env),
+                                device=device)
+    reference = {k: v.cpu().numpy() for k, v in env.items()}
     library = BareLibrary(so, weights, device)
     tvm_ms = sum(library.time_ms(fn.name, {i: reference[i] for i in fn.inputs}, repeat)
                  for fn in component.functions)
