@@ -2,7 +2,7 @@
 error against the float64 truth (model/wrappers.py, source_float64) relative to PyTorch
 float32's own, over the whole output and its first frames. A correct source passes; a wrong
 one (sign flipped, a harmonic left out, zeros) fails both ratio bars, and the chained
-waveform's SNR bar catches each too."""
+waveform's SNR bar catches each too. TVM's source at a long bucket stays near PyTorch's error."""
 from __future__ import annotations
 
 import json
@@ -15,8 +15,13 @@ import yaml
 
 from kokoro_tvm import paths
 from kokoro_tvm.assets.model_config import kokoro_config
+from kokoro_tvm.compile.build import build_library
+from kokoro_tvm.compile.lower import lower
+from kokoro_tvm.compile.relax import import_programs
+from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.measure.metrics import source_metrics, spectral_metrics
-from kokoro_tvm.model.components import COMPONENTS, run_float64, run_reference
+from kokoro_tvm.measure.validate import run_library
+from kokoro_tvm.model.components import COMPONENTS, _Bound, run_float64, run_reference
 from kokoro_tvm.model.kmodel import build_kmodel
 from kokoro_tvm.model.patches import patched
 
@@ -28,17 +33,27 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 
 
 @pytest.fixture(scope="module")
-def source():
-    """The tiny decoder's inputs, PyTorch's float32 source, its float64 truth, and the audio
-    the body makes of a given source."""
+def kmodel():
     config = kokoro_config(yaml.safe_load(TINY.read_text())["weights"]["random_model"])
     torch.manual_seed(0)
-    kmodel = build_kmodel(config, disable_complex=True).eval()
-    inputs = DECODER.example_inputs(kmodel, BUCKET, 0)
-    # The tiny model's own F0 is near 0 Hz (unvoiced: no sines, only noise); a voiced contour
-    # of 60-180 Hz makes the source the sines whose phase float32 gets wrong.
+    return build_kmodel(config, disable_complex=True).eval()
+
+
+def voiced_inputs(kmodel, bucket: int) -> dict[str, torch.Tensor]:
+    """The decoder's example inputs with a voiced F0: the tiny model's own is near 0 Hz
+    (unvoiced: no sines, only noise); a contour of 60-180 Hz makes the source the sines whose
+    phase float32 gets wrong."""
+    inputs = DECODER.example_inputs(kmodel, bucket, 0)
     f0 = inputs["f0"]
     inputs["f0"] = 120 + 60 * torch.sin(torch.linspace(0, 6, f0.shape[-1]))[None].to(f0.dtype)
+    return inputs
+
+
+@pytest.fixture(scope="module")
+def source(kmodel):
+    """The tiny decoder's inputs, PyTorch's float32 source, its float64 truth, and the audio
+    the body makes of a given source."""
+    inputs = voiced_inputs(kmodel, BUCKET)
     ref = run_reference(kmodel, "decoder", inputs)
     truth = run_float64(kmodel, "decoder", inputs)["har"].numpy()
     wrapper = DECODER.wrapper(kmodel).eval()
@@ -108,3 +123,27 @@ def test_validation_reports_the_source_bar(built):
         assert metrics[f"source.har.{name}"]["tolerance"] == tolerance
         assert metrics[f"source.har.{name}"]["passed"]
     assert report["passed"]
+
+
+def test_library_source_stays_near_pytorchs_error_at_a_long_bucket(kmodel, tmp_path):
+    """The phase is a running sum over the utterance: summed in float32 (TVM's cumsum in the
+    tensor's dtype), the source's error grew with length to 10x PyTorch's at 768 frames (the
+    real model's b768 failed validation); PyTorch's CPU cumsum sums in float64, and so does
+    the exported source (model/patches.py). The tiny decoder's source alone, built for llvm."""
+    bucket = 768
+    inputs = voiced_inputs(kmodel, bucket)
+    fn = DECODER.functions[0]
+    args = tuple(inputs[name] for name in fn.inputs)
+    wrapper = DECODER.wrapper(kmodel).eval()
+    with patched(DECODER.patches), torch.no_grad():
+        ref = wrapper.source(*args).numpy()
+        program = torch.export.export(_Bound(wrapper, fn.method), args, strict=False)
+    mod, params = import_programs({fn.name: program}, "none")
+    target = make_target({"kind": "llvm", "mcpu": "host"})
+    build_library(lower(mod, target), target, tmp_path / "source.so")
+    np.savez(tmp_path / "params.npz", **params)
+    (har,) = run_library(tmp_path / "source.so", tmp_path / "params.npz", fn.name,
+                         {name: inputs[name].numpy() for name in fn.inputs})
+    truth = run_float64(kmodel, "decoder", inputs)["har"].numpy()
+    found = source_metrics(har, ref, truth, (truth.shape[-1] - 1) // bucket)
+    assert found["float64_error_ratio"]["value"] < 2, found

@@ -93,11 +93,14 @@ def _run_chained(component: Component, so_path, params_npz, inputs: dict[str, np
 
 def _chained(component: Component, env: dict[str, np.ndarray],
              reference: Mapping[str, np.ndarray]) -> dict[str, dict[str, Any]]:
-    """Spectral metrics on the final waveform of the chained run ``env``."""
+    """Spectral metrics on the valid part of the chained run's final waveform ``env``, against
+    the padded PyTorch run's (the probe is taken at exact length: ``reference_values``)."""
+    length = valid_length(component.name, env)
     metrics = {}
     for name in component.spectral_outputs:
-        found = spectral_metrics(env[name], reference[f"output.{name}"],
-                                 reference[f"probe.{name}"])
+        out, ref = (crop(component.name, {name: values[name]}, length)[name]
+                    for values in (env, {name: reference[f"output.{name}"]}))
+        found = spectral_metrics(out, ref, reference[f"probe.{name}"])
         metrics.update({f"chained.{name}.{key}": entry for key, entry in found.items()})
     return metrics
 
@@ -125,7 +128,7 @@ def _length_exact(component: Component, env: dict[str, np.ndarray],
         valid = crop(component.name, {out_name: env[out_name]}, length)[out_name]
         exact = reference[f"exact.{out_name}"]
         if out_name in component.spectral_outputs:
-            found = spectral_metrics(valid, exact, reference[f"exact_probe.{out_name}"])
+            found = spectral_metrics(valid, exact, reference[f"probe.{out_name}"])
         else:
             found = tight_metrics(valid, exact, TIGHT_RELATIVE)
         metrics.update({f"exact_length.{out_name}.{key}": entry for key, entry in found.items()})

@@ -78,7 +78,9 @@ def _sinegen_noise_inputs() -> list[Replacement]:
         rad = torch.cat([rad[:, :1, :] + initial[:, None, :], rad[:, 1:, :]], dim=1)
         rad = F.interpolate(rad.transpose(1, 2), scale_factor=1 / self.upsample_scale,
                             mode="linear").transpose(1, 2)
-        phase = torch.cumsum(rad, dim=1) * 2 * torch.pi
+        # Summed in float64, as PyTorch's CPU cumsum does inside: TVM sums in the tensor's
+        # dtype, and float32 sums put 10x PyTorch's phase error into the source at 768 frames.
+        phase = torch.cumsum(rad.to(torch.float64), dim=1).to(rad.dtype) * 2 * torch.pi
         phase = F.interpolate(phase.transpose(1, 2) * self.upsample_scale,
                               scale_factor=self.upsample_scale, mode="linear").transpose(1, 2)
         return torch.sin(phase)
