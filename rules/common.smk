@@ -1,4 +1,5 @@
 # Config validation, wildcard constraints and the small functions that turn config into targets.
+import functools
 import json
 from pathlib import Path
 
@@ -70,6 +71,11 @@ def code_inputs(script_name, lstm=True):
     """Every package module the workflow script ``script_name`` imports, directly or not, as
     inputs: Snakemake does not see imported code change. Without ``lstm``, the modules only LSTM
     components use (LSTM_ONLY) and what only they import are left out."""
+    return list(_code_closure(script_name, lstm))
+
+
+@functools.cache  # per parse: rules ask once per job, and the walk parses every module
+def _code_closure(script_name, lstm):
     skipped = set() if lstm else {PACKAGE / name for name in LSTM_ONLY}
     seen, todo = set(), [Path(script(script_name))]
     while todo:
@@ -77,7 +83,7 @@ def code_inputs(script_name, lstm=True):
         for found_file in _imported(path) - seen - skipped:
             seen.add(found_file)
             todo.append(found_file)
-    return sorted(str(found_file) for found_file in seen)
+    return tuple(sorted(str(found_file) for found_file in seen))
 
 
 def component_code(script_name):
@@ -229,3 +235,13 @@ def job_threads(wildcards):
     one job may have (--cores here, the profile's cores on a cluster); Snakemake gives fewer
     when it has fewer, and the job is told its count ({threads})."""
     return workflow.cores
+
+
+def validation_threads(wildcards):
+    """Threads of a validate job. Components judged on their chained waveform (the decoder) run
+    their library three times over the bucket: every core one job may have (``job_threads``).
+    The others' validation is mostly the process's start (2.5 s of 3 on the default build):
+    one thread each, so that validations run side by side instead of one at a time."""
+    if COMPONENTS[wildcards.component].spectral_outputs:
+        return job_threads(wildcards)
+    return 1

@@ -13,7 +13,7 @@ rule validate:
         report=paths.VALIDATION,
     params:
         options=lambda wildcards: target_options(wildcards.target),
-    threads: job_threads
+    threads: validation_threads
     log:
         "logs/validate/{target}/{component}/{lstm}/b{bucket}.log",
     benchmark:

@@ -3,8 +3,8 @@ their export.
 
 Each component is data: which KModel modules it runs (a wrapper nn.Module), which patches of
 Kokoro it needs to export and import, how to make realistic inputs at a bucket, and the names of
-its outputs. One mechanism (``export_component``) exports all of them; the validation stage runs
-the same wrappers as the PyTorch reference.
+its outputs. One mechanism (``export_component``) exports all of them; the export stage also runs
+the same wrappers as the PyTorch reference that validation reads (``reference_values``).
 
 A component has one or more functions, run in order: each function's inputs come from the
 component's example inputs or from outputs of earlier functions. All components have one
