@@ -69,25 +69,32 @@ def run_library(so_path: str | os.PathLike, params_npz: str | os.PathLike, funct
 # --------------------------------------------------------------------------------------------
 
 def _per_function(component: Component, so_path, params_npz, ref: dict[str, np.ndarray],
-                  device: str = "cpu") -> dict[str, dict[str, Any]]:
-    """Each function on the reference values of its inputs: the tight check."""
-    metrics = {}
+                  device: str = "cpu") -> tuple[dict[str, dict[str, Any]], dict[str, np.ndarray]]:
+    """Each function on the reference values of its inputs: the tight check's metrics, and
+    every function's outputs."""
+    metrics, outputs = {}, {}
     for fn in component.functions:
         outs = run_library(so_path, params_npz, fn.name, {i: ref[i] for i in fn.inputs}, device)
+        outputs.update(zip(fn.outputs, outs))
         tolerance = TIGHT_RELATIVE if fn.tight else None  # else judged through the chain
         for out_name, out in zip(fn.outputs, outs):
             for key, entry in tight_metrics(out, ref[out_name], tolerance).items():
                 metrics[f"{fn.name}.{out_name}.{key}"] = entry
-    return metrics
+    return metrics, outputs
 
 
 def _run_chained(component: Component, so_path, params_npz, inputs: dict[str, np.ndarray],
-                 device: str = "cpu") -> dict[str, np.ndarray]:
-    """The inputs and every function's outputs, the functions run library to library."""
+                 separate: dict[str, np.ndarray], device: str = "cpu") -> dict[str, np.ndarray]:
+    """The inputs and every function's outputs, the functions run library to library. A
+    function fed by the component's inputs alone computes what it did in the per-function run
+    (``separate``): its outputs are taken from there instead of run again."""
     env = dict(inputs)
     for fn in component.functions:
-        env.update(zip(fn.outputs, run_library(so_path, params_npz, fn.name,
-                                               {i: env[i] for i in fn.inputs}, device)))
+        if all(i in inputs for i in fn.inputs):
+            env.update({o: separate[o] for o in fn.outputs})
+        else:
+            env.update(zip(fn.outputs, run_library(so_path, params_npz, fn.name,
+                                                   {i: env[i] for i in fn.inputs}, device)))
     return env
 
 
@@ -98,8 +105,8 @@ def _chained(component: Component, env: dict[str, np.ndarray],
     length = valid_length(component.name, env)
     metrics = {}
     for name in component.spectral_outputs:
-        out, ref = (crop(component.name, {name: values[name]}, length)[name]
-                    for values in (env, {name: reference[f"output.{name}"]}))
+        out = crop(component.name, {name: env[name]}, length)[name]
+        ref = crop(component.name, {name: reference[f"output.{name}"]}, length)[name]
         found = spectral_metrics(out, ref, reference[f"probe.{name}"])
         metrics.update({f"chained.{name}.{key}": entry for key, entry in found.items()})
     return metrics
@@ -144,10 +151,10 @@ def validate_component(name: str, bucket: int, so_path: str | os.PathLike,
     component = COMPONENTS[name]
     inputs = {i: reference[f"input.{i}"] for i in component.inputs}
     ref = {**inputs, **{o: reference[f"output.{o}"] for o in component.outputs}}
-    metrics = _per_function(component, so_path, params_npz, ref, device)
+    metrics, separate = _per_function(component, so_path, params_npz, ref, device)
     chained = len(component.functions) > 1
     if chained or component.kokoro is not None:  # one chained run serves both checks
-        env = _run_chained(component, so_path, params_npz, inputs, device)
+        env = _run_chained(component, so_path, params_npz, inputs, separate, device)
     if chained:
         metrics.update(_chained(component, env, reference))
     if component.float64_reference is not None:
