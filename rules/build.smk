@@ -13,6 +13,7 @@ rule build:
     params:
         options=lambda wildcards: target_options(wildcards.target),
         versions=versions("apache-tvm"),
+    priority: longest_chains_first
     log:
         "logs/lib/{target}/{component}/{lstm}/b{bucket}.log",
     benchmark:

@@ -6,7 +6,7 @@ from pathlib import Path
 from snakemake.utils import min_version
 
 from kokoro_tvm import paths
-from kokoro_tvm.model.components import COMPONENTS
+from kokoro_tvm.components import COMPONENTS
 from kokoro_tvm.compile.devices import cannot_run_reason, device_kind, lstm_methods_for
 from kokoro_tvm.config import validate_config
 
@@ -239,9 +239,17 @@ def job_threads(wildcards):
 
 def validation_threads(wildcards):
     """Threads of a validate job. Components judged on their chained waveform (the decoder) run
-    their library three times over the bucket: every core one job may have (``job_threads``).
-    The others' validation is mostly the process's start (2.5 s of 3 on the default build):
-    one thread each, so that validations run side by side instead of one at a time."""
+    their library over the whole bucket twice: half the cores one job may have. A job that asks
+    for every core waits until all are free at once, which on a busy build means its end (the
+    decoder's twelve validations once ran one after another there). The others' validation is
+    mostly the process's start: one thread each, so that they run side by side."""
     if COMPONENTS[wildcards.component].spectral_outputs:
-        return job_threads(wildcards)
+        return max(1, job_threads(wildcards) // 2)
     return 1
+
+
+def longest_chains_first(wildcards):
+    """Priority of a library's jobs (export to validate): the frame-side ones first, larger
+    buckets first. The decoder's chain grows with its bucket to minutes (its export runs
+    PyTorch three times over it); started late, one of them ends the build alone."""
+    return int(wildcards.bucket) if COMPONENTS[wildcards.component].axis == "frames" else 0

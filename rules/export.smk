@@ -14,6 +14,7 @@ rule export:
     params:
         seed=setting("validation.seed"),
         versions=versions("torch", "kokoro"),
+    priority: longest_chains_first
     log:
         "logs/export/{component}/b{bucket}.log",
     benchmark:

@@ -13,6 +13,7 @@ rule lower:
         options=lambda wildcards: target_options(wildcards.target),
         tuning=lambda wildcards, input: f"--tuning-db {input.tuning}" if input.tuning else "",
         versions=versions("apache-tvm"),
+    priority: longest_chains_first
     log:
         "logs/lowered/{target}/{component}/{lstm}/b{bucket}.log",
     benchmark:

@@ -11,6 +11,7 @@ rule relax:
         relax=paths.RELAX,
     params:
         versions=versions("apache-tvm", "torch"),
+    priority: longest_chains_first
     log:
         "logs/relax/{component}/{lstm}/b{bucket}.log",
     benchmark:

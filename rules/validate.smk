@@ -14,6 +14,7 @@ rule validate:
     params:
         options=lambda wildcards: target_options(wildcards.target),
     threads: validation_threads
+    priority: longest_chains_first
     log:
         "logs/validate/{target}/{component}/{lstm}/b{bucket}.log",
     benchmark:

@@ -114,6 +114,28 @@ def test_params_do_not_depend_on_bucket(built, kmodel):
         np.testing.assert_array_equal(value, built.params[key])
 
 
+@pytest.mark.parametrize("name", ["decoder", "duration"])
+def test_export_archive_keeps_the_graph_and_leaves_the_weights_out(kmodel, name, tmp_path):
+    """The export stage's archive stores placeholder parameters (the params stage carries the
+    weights once per component): it imports into the same Relax module as the archive with the
+    weights, and is a fraction of the weights' size. The decoder has both functions; duration
+    a packed LSTM, whose import depends on the weights' layout."""
+    from torch.export.pt2_archive._package import package_pt2
+
+    from kokoro_tvm.stages.common import load_programs, save_programs
+
+    with_weights, placeholders = tmp_path / "weights.pt2", tmp_path / "placeholders.pt2"
+    package_pt2(str(with_weights), exported_programs=export_component(kmodel, name, BUCKET))
+    programs = export_component(kmodel, name, BUCKET)
+    weight_bytes = sum(v.numel() * v.element_size() for p in programs.values()
+                       for v in p.state_dict.values())
+    save_programs(programs, placeholders)
+    assert placeholders.stat().st_size < 0.2 * weight_bytes < with_weights.stat().st_size
+    imported = [import_programs(load_programs(path), lstm_of(name))[0].script(show_meta=False)
+                for path in (with_weights, placeholders)]
+    assert imported[0] == imported[1]
+
+
 def test_example_inputs_fit_the_bucket(kmodel):
     for name, component in COMPONENTS.items():
         inputs = component.example_inputs(kmodel, BUCKET, 0)

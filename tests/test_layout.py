@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import REPO, run_snakemake
 
-from kokoro_tvm.model.components import COMPONENTS
+from kokoro_tvm.components import COMPONENTS
 
 PACKAGE = REPO / "kokoro_tvm"
 # What the runtime side must not import, directly or through the package modules it uses.

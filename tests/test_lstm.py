@@ -26,14 +26,10 @@ from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.lstm import LSTM_METHODS, VEC_KERNEL_PREFIX
 from kokoro_tvm.compile.relax import import_program, import_programs, ir_lines
 from kokoro_tvm.compile.targets import make_target
+from kokoro_tvm.components import crop
 from kokoro_tvm.measure.metrics import tight_metrics
 from kokoro_tvm.measure.validate import run_library
-from kokoro_tvm.model.components import (
-    COMPONENTS,
-    crop,
-    export_component,
-    run_exact_length,
-)
+from kokoro_tvm.model.components import COMPONENTS, export_component, run_exact_length
 from kokoro_tvm.model.kmodel import build_kmodel
 from kokoro_tvm.model.packed_lstm import run_lstm
 from kokoro_tvm.model.patches import PATCHES, patched

@@ -16,13 +16,9 @@ import yaml
 
 from kokoro_tvm import paths
 from kokoro_tvm.assets.model_config import kokoro_config
+from kokoro_tvm.components import crop
 from kokoro_tvm.measure.metrics import snr_db
-from kokoro_tvm.model.components import (
-    COMPONENTS,
-    crop,
-    run_exact_length,
-    run_reference,
-)
+from kokoro_tvm.model.components import COMPONENTS, run_exact_length, run_reference
 from kokoro_tvm.model.kmodel import build_kmodel, load_kmodel
 
 TINY = Path(__file__).resolve().parent / "data" / "tiny.yaml"

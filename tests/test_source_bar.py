@@ -21,7 +21,7 @@ from kokoro_tvm.compile.relax import import_programs
 from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.measure.metrics import source_metrics, spectral_metrics
 from kokoro_tvm.measure.validate import run_library
-from kokoro_tvm.model.components import COMPONENTS, _Bound, run_float64, run_reference
+from kokoro_tvm.model.components import COMPONENTS, _Bound, method, run_float64, run_reference
 from kokoro_tvm.model.kmodel import build_kmodel
 from kokoro_tvm.model.patches import patched
 
@@ -137,7 +137,7 @@ def test_library_source_stays_near_pytorchs_error_at_a_long_bucket(kmodel, tmp_p
     wrapper = DECODER.wrapper(kmodel).eval()
     with patched(DECODER.patches), torch.no_grad():
         ref = wrapper.source(*args).numpy()
-        program = torch.export.export(_Bound(wrapper, fn.method), args, strict=False)
+        program = torch.export.export(_Bound(wrapper, method(fn)), args, strict=False)
     mod, params = import_programs({fn.name: program}, "none")
     target = make_target({"kind": "llvm", "mcpu": "host"})
     build_library(lower(mod, target), target, tmp_path / "source.so")

@@ -123,9 +123,14 @@ def test_aarch64_library_runs_under_emulation_and_matches_pytorch(other_built, a
     function on the reference's inputs (tight where validation judges it), and the functions
     chained for the spectral outputs (the decoder's waveform)."""
     from kokoro_tvm import paths
-    from kokoro_tvm.measure.metrics import TIGHT_RELATIVE, spectral_metrics, tight_metrics
+    from kokoro_tvm.components import probe_inputs
+    from kokoro_tvm.measure.metrics import (
+        TIGHT_RELATIVE,
+        spectral_metrics,
+        tight_metrics,
+    )
     from kokoro_tvm.model.components import COMPONENTS as SPECS
-    from kokoro_tvm.model.components import probe_inputs, run_reference
+    from kokoro_tvm.model.components import run_reference
     from kokoro_tvm.model.kmodel import load_kmodel
 
     manifest = json.loads((other_built / "results/manifest/aarch64.json").read_text())

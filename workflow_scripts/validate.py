@@ -5,6 +5,7 @@ import json
 import sys
 
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.stages.common import without_torch
 from kokoro_tvm.stages.validate import validate
 
 
@@ -22,6 +23,7 @@ def main() -> None:
                         help="the library's TVM target in dict form, as JSON (where it runs)")
     parser.add_argument("--out", required=True, help="results/validate/{target}/{component}/{lstm}/b{bucket}.json")
     args = parser.parse_args()
+    without_torch()
     report = validate(args.component, args.lstm, args.bucket, args.library, args.params,
                       args.reference, args.out, json.loads(args.target_options))
     print(json.dumps(report, indent=1))

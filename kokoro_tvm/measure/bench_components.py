@@ -21,7 +21,7 @@ import torch
 
 from kokoro_tvm import paths
 from kokoro_tvm.atomic import atomic_path, write_json
-from kokoro_tvm.model.components import COMPONENTS, run_reference
+from kokoro_tvm.model.components import COMPONENTS, method, run_reference
 from kokoro_tvm.model.patches import patched
 from kokoro_tvm.runtime.library import Library, Weights
 
@@ -79,11 +79,11 @@ def bench_library(kmodel, entry: dict[str, Any], library_path: PathLike, params:
     rows = []
     for fn in component.functions:
         run_tvm = library.bind(fn.name, arrays)
-        method, args = getattr(wrapper, fn.method), tuple(env[i] for i in fn.inputs)
+        torch_call, args = getattr(wrapper, method(fn)), tuple(env[i] for i in fn.inputs)
 
         def run_torch():
             with patched(component.patches), torch.no_grad():
-                method(*args)
+                torch_call(*args)
 
         counted = flops(run_torch)
         tvm_ms, torch_ms = _interleaved_ms(run_tvm, run_torch, repeats)

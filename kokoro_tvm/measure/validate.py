@@ -3,14 +3,14 @@ component (each has a length mask), length-exact fidelity: the library's valid o
 unpatched Kokoro run on the same utterance without padding.
 What the bars are and why: docs/decisions.md, Fidelity.
 
-Both run on the same padded example inputs (``Component.example_inputs`` at one seed). Every
+Both run on the same padded example inputs (the export stage's, at one seed). Every
 function output gets a tight check, max abs error relative to the output's scale, each function
 fed the reference values of its inputs. Components with several functions (the decoder:
 ``source`` then ``body``) also run chained, library to library, and their ``spectral_outputs``
 (the waveform) are judged by log-mel L1 and by an SNR bar relative to a probe: PyTorch against
 itself with one input changed by a rounding-sized amount (``Component.spectral_probe``). The
 decoder's ``source`` output, ill-conditioned in float32, has no tight bar: it is judged against
-its float64 truth, relative to PyTorch float32's own error (``float64_reference``).
+its float64 truth, relative to PyTorch float32's own error (``float64_output``).
 
 Everything PyTorch computes for these checks comes in as arrays (``reference_values``, saved by
 the export stage once per component and bucket): validation runs the library and numpy only.
@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from kokoro_tvm.components import COMPONENTS, Component, crop, valid_length
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.measure.metrics import (
     TIGHT_RELATIVE,
@@ -30,12 +31,6 @@ from kokoro_tvm.measure.metrics import (
     source_metrics,
     spectral_metrics,
     tight_metrics,
-)
-from kokoro_tvm.model.components import (
-    COMPONENTS,
-    Component,
-    crop,
-    valid_length,
 )
 from kokoro_tvm.runtime.cuda import device as tvm_device
 from kokoro_tvm.runtime.library import Library, Weights
@@ -114,9 +109,9 @@ def _chained(component: Component, env: dict[str, np.ndarray],
 
 def _float64(component: Component, env: dict[str, np.ndarray],
              reference: Mapping[str, np.ndarray], bucket: int) -> dict[str, dict[str, Any]]:
-    """The ``float64_reference`` output of the chained run against its float64 truth, beside
+    """The ``float64_output`` of the chained run against its float64 truth, beside
     PyTorch float32's (docs/decisions.md, Fidelity)."""
-    name, _ = component.float64_reference
+    name = component.float64_output
     truth = reference[f"float64.{name}"]
     function = next(fn.name for fn in component.functions if name in fn.outputs)
     found = source_metrics(env[name], reference[f"output.{name}"], truth,
@@ -152,15 +147,12 @@ def validate_component(name: str, bucket: int, so_path: str | os.PathLike,
     inputs = {i: reference[f"input.{i}"] for i in component.inputs}
     ref = {**inputs, **{o: reference[f"output.{o}"] for o in component.outputs}}
     metrics, separate = _per_function(component, so_path, params_npz, ref, device)
-    chained = len(component.functions) > 1
-    if chained or component.kokoro is not None:  # one chained run serves both checks
-        env = _run_chained(component, so_path, params_npz, inputs, separate, device)
-    if chained:
+    env = _run_chained(component, so_path, params_npz, inputs, separate, device)
+    if len(component.functions) > 1:
         metrics.update(_chained(component, env, reference))
-    if component.float64_reference is not None:
+    if component.float64_output is not None:
         metrics.update(_float64(component, env, reference, bucket))
-    if component.kokoro is not None:
-        metrics.update(_length_exact(component, env, reference))
+    metrics.update(_length_exact(component, env, reference))
     judged = [m["passed"] for m in metrics.values() if "passed" in m]
     return {"component": name, "bucket": bucket, "metrics": metrics,
             "passed": bool(judged) and all(judged)}

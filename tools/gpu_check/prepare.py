@@ -43,7 +43,7 @@ import probes  # noqa: E402
 
 from kokoro_tvm import paths  # noqa: E402
 from kokoro_tvm.compile import gpu  # noqa: E402
-from kokoro_tvm.model.components import COMPONENTS  # noqa: E402
+from kokoro_tvm.components import COMPONENTS  # noqa: E402
 from kokoro_tvm.runtime import g2p  # noqa: E402
 from kokoro_tvm.runtime.cuda import compile_fatbin, kernel_file  # noqa: E402
 
