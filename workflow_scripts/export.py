@@ -6,6 +6,7 @@ import sys
 
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.script_args import add_model_arguments
+from kokoro_tvm.stages.common import keep_freed_memory
 from kokoro_tvm.stages.export import export
 
 
@@ -19,6 +20,7 @@ def main() -> None:
     parser.add_argument("--out-reference", required=True,
                         help="results/export/{component}/b{bucket}.reference.npz")
     args = parser.parse_args()
+    keep_freed_memory()
     export(args.checkpoint, args.model_config, args.component, args.bucket, args.out,
            args.out_reference, args.seed)
 

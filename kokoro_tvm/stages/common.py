@@ -60,6 +60,22 @@ def load_programs(path: PathLike) -> dict:
     return dict(load_pt2(str(path)).exported_programs)
 
 
+def keep_freed_memory() -> None:
+    """glibc's malloc keeps freed memory for reuse in this process instead of handing it back
+    to the system. PyTorch's passes free and reallocate activations of megabytes per layer;
+    handed back, each came again as fresh pages that the kernel zeroes one by one (a quarter
+    of a decoder export's time, docs/decisions.md, Build time). A no-op without glibc."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
+    mallopt(m_mmap_threshold, 32 << 20)  # glibc's largest; bigger blocks are still mapped
+    mallopt(m_trim_threshold, 1 << 30)
+
+
 def without_torch() -> None:
     """Keeps PyTorch out of this process (``import torch`` fails): tvm_ffi imports it whenever
     it is installed, about 1 s of each job's start, and the stages after import need none of it.
