@@ -1,11 +1,13 @@
 """The code layout holds: the runtime side imports nothing of the model, build or measurement
-sides (nor torch or TVM's compiler), module-level imports have no cycle, and every rule's code
-inputs cover every package module its script imports (docs/architecture.md, Staleness)."""
+sides (nor torch or TVM's compiler), the stages after export and the Snakefile load no torch,
+module-level imports have no cycle, and every rule's code inputs cover every package module its
+script imports (docs/architecture.md, Staleness)."""
 from __future__ import annotations
 
 import ast
 import modulefinder
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -93,6 +95,30 @@ def test_no_import_cycles():
     for node in sorted(graph):
         if node not in state:
             visit(node, [])
+
+
+# The stages whose processes run without PyTorch (stages/common.without_torch): tvm_ffi would
+# import it, about a second of every job's start.
+TORCH_FREE_SCRIPTS = ("lower.py", "build.py", "validate.py")
+
+
+def test_torch_free_stages_and_the_snakefile_import_no_torch():
+    """The package modules that the torch-free stages load (their scripts, the imports inside
+    their stage functions, and what those import when loaded) and those the Snakefile's helpers
+    load when it is parsed all import with torch made unimportable."""
+    entry = [REPO / "workflow_scripts" / name for name in TORCH_FREE_SCRIPTS]
+    entry += [PACKAGE / "stages" / name for name in TORCH_FREE_SCRIPTS]
+    start = set().union(*(imports(path) for path in entry))
+    start |= set(re.findall(r"^from (kokoro_tvm[\w.]*) import",
+                            (REPO / "rules/common.smk").read_text(), re.M))
+    modules = sorted(m for m in package_closure(start, top_level=True)
+                     if m.startswith("kokoro_tvm"))
+    assert {"kokoro_tvm.components", "kokoro_tvm.measure.validate", "kokoro_tvm.config",
+            "kokoro_tvm.compile.lower", "kokoro_tvm.compile.build"} <= set(modules)
+    code = "import importlib, sys\nsys.modules['torch'] = None\n" + "".join(
+        f"importlib.import_module({m!r})\n" for m in modules)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 class _PackageFinder(modulefinder.ModuleFinder):
