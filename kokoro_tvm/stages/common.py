@@ -34,7 +34,7 @@ def _placeholder_parameters(program) -> None:
     """Replaces the program's parameters by zeros of the same shapes, dtypes and strides, all
     views of one zero buffer per dtype. The import reads only their layout (weights stay
     function inputs) and the weights reach the libraries once per component, from the params
-    stage; each bucket's archive stored them all (the decoder's: 414 MB, 33 MB without)."""
+    stage, instead of once per bucket (docs/decisions.md, Build time)."""
     import torch
 
     kind = torch.export.graph_signature.InputKind.PARAMETER
@@ -63,8 +63,8 @@ def load_programs(path: PathLike) -> dict:
 def keep_freed_memory() -> None:
     """glibc's malloc keeps freed memory for reuse in this process instead of handing it back
     to the system. PyTorch's passes free and reallocate activations of megabytes per layer;
-    handed back, each came again as fresh pages that the kernel zeroes one by one (a quarter
-    of a decoder export's time, docs/decisions.md, Build time). A no-op without glibc."""
+    handed back, each came again as fresh pages that the kernel zeroes one by one
+    (docs/decisions.md, Build time). A no-op without glibc."""
     import ctypes
 
     try:
