@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from kokoro_tvm.atomic import sha256_file, write_json
-from kokoro_tvm.stages.common import IMPORT_FIGURES, PathLike
+from kokoro_tvm.stages.common import IMPORT_FIGURES, PathLike, load_ir
 
 
 def _module_figure(mod, name: str):
@@ -18,13 +18,12 @@ def build(lowered_json: PathLike, params: PathLike, target_name: str,
           target_options: dict[str, Any], dims: dict[str, Any], out_so: PathLike,
           out_meta: PathLike) -> dict[str, Any]:
     """results/lib/{target}/...: the code-only library and its .meta.json."""
-    import tvm
 
     from kokoro_tvm.compile.build import build_library
     from kokoro_tvm.compile.devices import architecture, cross_compiler, device_kind
     from kokoro_tvm.compile.targets import make_target
 
-    mod = tvm.ir.load_json(Path(lowered_json).read_text())
+    mod = load_ir(lowered_json)
     target = make_target(target_options)
     figures = {name: _module_figure(mod, name) for name in IMPORT_FIGURES}
     for name in IMPORT_FIGURES:  # timings must not reach the library: builds stay reproducible

@@ -12,6 +12,17 @@ PathLike = str | Path
 IMPORT_FIGURES = ("ir_lines", "import_seconds")
 
 
+def load_ir(path: PathLike):
+    """A TVM module that a stage saved with ``tvm.ir.save_json``. ``tvm.ir.load_json`` first
+    rewrites the whole file through Python's json for files of older TVM versions (1 s for a
+    decoder's lowered module); every stage's ``versions`` parameter reruns what another TVM
+    wrote, so here that step has nothing to do."""
+    import tvm  # noqa: F401 - registers the node types the file names
+    from tvm_ffi.serialization import from_json_graph_str
+
+    return from_json_graph_str(Path(path).read_text())
+
+
 def kmodel(checkpoint: PathLike, model_config: PathLike):
     """KModel with CustomSTFT (TorchSTFT's complex ops have no TVM converters)."""
     from kokoro_tvm.model.kmodel import load_kmodel
@@ -63,16 +74,17 @@ def load_programs(path: PathLike) -> dict:
 def keep_freed_memory() -> None:
     """glibc's malloc keeps freed memory for reuse in this process instead of handing it back
     to the system. PyTorch's passes free and reallocate activations of megabytes per layer;
-    handed back, each came again as fresh pages that the kernel zeroes one by one
-    (docs/decisions.md, Build time). A no-op without glibc."""
+    handed back, each came again as fresh pages that the kernel zeroes and maps one by one,
+    about half of a long decoder pass (docs/decisions.md, Build time). Blocks of any size come
+    from the heap, none from a mapping of its own. A no-op without glibc."""
     import ctypes
 
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return
-    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
-    mallopt(m_mmap_threshold, 32 << 20)  # glibc's largest; bigger blocks are still mapped
+    m_trim_threshold, m_mmap_max = -1, -4  # malloc.h
+    mallopt(m_mmap_max, 0)
     mallopt(m_trim_threshold, 1 << 30)
 
 

@@ -1,11 +1,10 @@
 """Lower: the target's Relax pipeline, up to code generation."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from kokoro_tvm.atomic import atomic_path
-from kokoro_tvm.stages.common import PathLike
+from kokoro_tvm.stages.common import PathLike, load_ir
 
 
 def lower(relax_json: PathLike, target_options: dict[str, Any], out: PathLike,
@@ -17,7 +16,7 @@ def lower(relax_json: PathLike, target_options: dict[str, Any], out: PathLike,
     from kokoro_tvm.compile.lower import lower as lower_module
     from kokoro_tvm.compile.targets import make_target
 
-    mod = tvm.ir.load_json(Path(relax_json).read_text())
+    mod = load_ir(relax_json)
     lowered = lower_module(mod, make_target(target_options),
                            tuning_db=None if tuning_db is None else str(tuning_db))
     with atomic_path(out) as tmp:

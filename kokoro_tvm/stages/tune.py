@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from kokoro_tvm.atomic import write_json
-from kokoro_tvm.stages.common import PathLike
+from kokoro_tvm.stages.common import PathLike, load_ir
 
 
 def tune(relax_json: PathLike, target_options: dict[str, Any], max_trials: int,
@@ -14,15 +14,13 @@ def tune(relax_json: PathLike, target_options: dict[str, Any], max_trials: int,
     to a scratch folder and moved into place when complete (with its figures as JSON)."""
     import shutil
 
-    import tvm
-
     from kokoro_tvm.compile.targets import make_target
     from kokoro_tvm.compile.tune import tune as tune_kernels
 
     out_dir = Path(out_dir)
     scratch = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(scratch, ignore_errors=True)
-    mod = tvm.ir.load_json(Path(relax_json).read_text())
+    mod = load_ir(relax_json)
     figures = tune_kernels(mod, make_target(target_options), scratch, max_trials, trials_per_task,
                            threads=threads)
     write_json(scratch / "figures.json", figures)
