@@ -6,8 +6,10 @@ the PyTorch wrapper's method timed interleaved in one process (TVM, PyTorch, TVM
 load from other processes hits both alike, with the same thread count (TVM's pool reads
 ``TVM_NUM_THREADS`` at start-up: the caller sets it). Reported per function: median
 milliseconds of each, their ratio, FLOPs (PyTorch's flop counter on the same call: matmuls and
-convolutions) and the GFLOP/s each reaches, beside the machine's practical peak: the best
-GFLOP/s PyTorch's BLAS reaches on a large square matmul at that thread count.
+convolutions) and the GFLOP/s each reaches, beside two peaks at that thread count and each
+library's share of them: the best GFLOP/s PyTorch's BLAS reaches on a large square matmul
+(``practical_peak_gflops``), and the FMA units' ceiling (``fma_peak_gflops``, ``measure.peak``;
+CPU targets only).
 """
 from __future__ import annotations
 
@@ -114,9 +116,33 @@ def benchmark(manifest: PathLike, checkpoint: PathLike, model_config: PathLike,
         library = Path(entry["library"])
         rows += bench_library(kmodel, entry, library if library.is_absolute() else root / library,
                               params_of[entry["component"]], repeats)
-    return {"target": document["target"], "threads": threads, "repeats": repeats,
-            "practical_peak_gflops": round(practical_peak_gflops(threads), 1),
+    peaks = {"practical_peak_gflops": round(practical_peak_gflops(threads), 1),
+             "fma_peak_gflops": cpu_fma_peak(document["libraries"])}
+    for row in rows:
+        row.update(shares_of_peaks(row["tvm_gflops"], peaks))
+    return {"target": document["target"], "threads": threads, "repeats": repeats, **peaks,
             "worst_ratio": max((r["ratio"] for r in rows), default=None), "rows": rows}
+
+
+def cpu_fma_peak(libraries: list[dict[str, Any]]) -> float | None:
+    """The FMA ceiling (``measure.peak``) of the libraries' CPU target on this machine; None
+    for other devices."""
+    import tvm
+
+    from kokoro_tvm.measure.peak import fma_peak_gflops
+
+    targets = {entry["target_string"] for entry in libraries}
+    if not targets:
+        return None
+    target = tvm.target.Target(json.loads(targets.pop()))
+    return round(fma_peak_gflops(target), 1) if "cpu" in target.keys else None
+
+
+def shares_of_peaks(gflops: float, peaks: dict[str, float | None]) -> dict[str, float | None]:
+    """What fraction of each peak (``practical_peak_gflops``: PyTorch's matmul;
+    ``fma_peak_gflops``: the FMA ceiling) a library's GFLOP/s is."""
+    return {name.replace("_gflops", "_share"): None if peak is None else round(gflops / peak, 3)
+            for name, peak in peaks.items()}
 
 
 def plot(document: dict[str, Any], out: PathLike) -> None:

@@ -1,0 +1,48 @@
+"""The FMA ceiling (kokoro_tvm/measure/peak.py) and the benchmark's shares of its peaks."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tvm
+
+from kokoro_tvm.compile.schedules.cpu import cpu_facts
+from kokoro_tvm.compile.targets import make_target
+from kokoro_tvm.measure.bench_components import cpu_fma_peak, shares_of_peaks
+from kokoro_tvm.measure.peak import DECAY, OFFSET, build_fma
+
+
+def test_fma_kernel_runs_its_chains_as_vector_fmas():
+    """Each element runs the recurrence ``a = a * DECAY + OFFSET`` STEPS times, and the code is
+    fused multiply-adds on full-width vectors (no memory inside the loop to time instead)."""
+    target = make_target({"kind": "llvm", "mcpu": "host"})
+    steps = 1000
+    library, shape, flop = build_fma(target, steps=steps, chunks=3)
+    assert flop == 2 * steps * shape[0] * shape[1]
+    x = np.random.default_rng(0).uniform(-1, 1, shape).astype(np.float32)
+    out = tvm.runtime.tensor(np.zeros(shape, np.float32))
+    library["fma"](tvm.runtime.tensor(x), out)
+    expected = x.astype(np.float64)
+    for _ in range(steps):
+        expected = expected * np.float32(DECAY) + np.float32(OFFSET)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=0, atol=2e-4)  # float32 rounding, 1000 steps
+    asm = library.inspect_source("asm")
+    assert "vfmadd" in asm or "fmla" in asm
+    if cpu_facts(target).vector_bits == 512:
+        assert "zmm" in asm
+
+
+def test_benchmark_reports_the_fma_peak_of_cpu_targets_only():
+    host = make_target({"kind": "llvm", "mcpu": "host"})
+    cpu = [{"target_string": str(host)}]  # as the build stage writes it
+    assert cpu_fma_peak(cpu) > 0
+    cuda = [{"target_string": json.dumps({"kind": "cuda", "arch": "sm_90"})}]
+    assert cpu_fma_peak(cuda) is None
+
+
+@pytest.mark.parametrize("fma_peak", [400.0, None])
+def test_shares_are_fractions_of_each_peak(fma_peak):
+    shares = shares_of_peaks(300.0, {"practical_peak_gflops": 200.0, "fma_peak_gflops": fma_peak})
+    assert shares == {"practical_peak_share": 1.5,
+                      "fma_peak_share": None if fma_peak is None else 0.75}
