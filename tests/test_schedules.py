@@ -12,12 +12,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from tvm import relax
+from tvm import relax, s_tir
 
 from kokoro_tvm.compile.build import build_library
 from kokoro_tvm.compile.lower import lower
-from kokoro_tvm.compile.schedules.contraction import register_tile
+from kokoro_tvm.compile.schedules.contraction import register_tile, vec_multiple
 from kokoro_tvm.compile.schedules.cpu import CpuFacts, cpu_facts
+from kokoro_tvm.compile.schedules.elementwise import PARALLEL_CHUNKS
 from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.runtime.library import Library, Weights
 
@@ -72,6 +73,10 @@ CONV1D = [
     (1, 11, 80, 20, 5, (0, 0), 1, 1),  # the STFT
     (8, 8, 20, 3, 2, (1, 1), 1, 8),  # depthwise, strided
     (8, 4, 64, 1, 1, (0, 0), 1, 2),  # grouped 1x1
+    # Enough vec tiles for the input to be padded per tile (contraction.PARALLEL_CHUNKS):
+    (8, 16, 9001, 11, 1, (25, 25), 5, 1),  # a generator resblock conv, fewer channels
+    (4, 8, 20001, 3, 2, (1, 1), 1, 1),  # strided
+    (8, 8, 9001, 3, 1, (1, 1), 1, 2),  # grouped
 ]
 
 
@@ -88,6 +93,18 @@ def test_conv1d_with_bias_and_activation(case, target_name, tmp_path):
 
     lowered = _check(_function(shapes, body), shapes, tmp_path, target_name)
     assert any("conv1d" in n for n in _scheduled(lowered))
+    (conv,) = [f for gv, f in lowered.functions_items() if "conv1d" in gv.name_hint]
+    facts = cpu_facts(make_target(TARGETS[target_name]))
+    out_len = (length + sum(padding) - dilation * (kernel - 1) - 1) // stride + 1
+    tiles = -(-out_len // vec_multiple(facts, c_out, out_len))
+    assert _padded_per_tile(conv) == (tiles >= PARALLEL_CHUNKS)
+
+
+def _padded_per_tile(func: tvm.tirx.PrimFunc) -> bool:
+    """Whether the conv's padded input is computed inside the contraction's tile loop."""
+    sch = s_tir.Schedule(func)
+    xpad, conv = sch.get_sblock("xpad"), sch.get_sblock("conv1d_update")
+    return sch.get(sch.get_loops(xpad)[0]).same_as(sch.get(sch.get_loops(conv)[0]))
 
 
 # (in channels, out channels, length, kernel, stride, padding, output padding, groups)

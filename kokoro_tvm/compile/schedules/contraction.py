@@ -12,7 +12,8 @@ block (R broadcasts and M vector loads feed R*M accumulators per reduction step)
 reduction inside the tile, accumulators in a local buffer that LLVM keeps in registers, the
 epilogue (crop, bias, activations fused by FuseOps) written per tile, and the tile loops fused
 and parallel. Vec tiles are the outer tile loop so one input tile (all reduction rows) stays in
-cache while every row tile reuses it.
+cache while every row tile reuses it. Where the vec tiles alone are enough to share among
+threads, a padded input the legalization names (``tile_input``) is computed per vec tile.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from tvm.target import Target
 
 from kokoro_tvm.compile.schedules.common import root_blocks
 from kokoro_tvm.compile.schedules.cpu import CpuFacts, cpu_facts
-from kokoro_tvm.compile.schedules.elementwise import schedule_root_blocks
+from kokoro_tvm.compile.schedules.elementwise import PARALLEL_CHUNKS, schedule_root_blocks
 
 ANNOTATION = "kokoro_tvm.contraction"
 MAX_VECTORS = 4  # vectors per accumulator row: more buys little and costs a longer tail
@@ -52,9 +53,14 @@ def vec_multiple(facts: CpuFacts, rows: int, vec_extent: int) -> int:
     return register_tile(facts, rows, vec_extent)[1] * facts.lanes()
 
 
-def annotation(row_axis: int, vec_axis: int) -> dict[str, str]:
-    """The block annotation a legalization puts on its contraction (TE ``attrs``)."""
-    return {ANNOTATION: json.dumps({"row": row_axis, "vec": vec_axis})}
+def annotation(row_axis: int, vec_axis: int, tile_input: str | None = None) -> dict[str, str]:
+    """The block annotation a legalization puts on its contraction (TE ``attrs``).
+    ``tile_input`` names a producer (the zero-padded input) that the schedule may compute per
+    vec tile, for the tile's window only (``schedule_contraction``)."""
+    axes = {"row": row_axis, "vec": vec_axis}
+    if tile_input is not None:
+        axes["tile_input"] = tile_input
+    return {ANNOTATION: json.dumps(axes)}
 
 
 def _extent(sch: s_tir.Schedule, loop) -> int:
@@ -121,13 +127,28 @@ def schedule_contraction(sch: s_tir.Schedule, block, axes: dict, facts: CpuFacts
     for b in _blocks_under(sch, ro):
         if not sch.get(b).same_as(sch.get(block)):
             vectorize_inner(sch, b, facts.lanes())
-    sch.parallel(sch.fuse(*others, vo, ro))
+    tile_input = _tile_input(sch, block, axes)
+    if tile_input is not None and vecs // (m * lanes) >= PARALLEL_CHUNKS:
+        # Each vec tile pads its own input window just before its row tiles read it, while it
+        # is in cache, instead of a pass of its own over the whole input; the threads then
+        # split the vec tiles alone, which needs many of them (docs/decisions.md, CPU peak).
+        sch.compute_at(tile_input, vo, preserve_unit_loops=True)
+        vectorize_inner(sch, tile_input, facts.lanes())
+        sch.parallel(sch.fuse(*others, vo))
+    else:
+        sch.parallel(sch.fuse(*others, vo, ro))
     sch.unroll(ri)
     sch.unroll(vm)
     if lanes > 1:
         sch.vectorize(vi)
     if reduce:  # the init block's loops copy the unroll and vectorize annotations
         sch.decompose_reduction(block, reduce[0])
+
+
+def _tile_input(sch: s_tir.Schedule, block, axes: dict):
+    """The producer of ``block`` that its annotation names as ``tile_input``, if any."""
+    name = axes.get("tile_input")
+    return next((b for b in sch.get_producers(block) if sch.get(b).name_hint == name), None)
 
 
 def _epilogue(sch: s_tir.Schedule, block) -> list:

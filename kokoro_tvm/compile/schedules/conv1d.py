@@ -1,10 +1,11 @@
 """conv1d (NCW, OIW, any stride, dilation, padding and groups) as a padded contraction.
 
-Legalization: the input is zero-padded once (``xpad``, also covering the vec tile's overrun),
-the contraction ``y[n, f, t] = sum_{c, k} xpad[n, group(f) + c, t*stride + k*dilation] *
+Legalization: the input is zero-padded (``xpad``, also covering the vec tile's overrun), the
+contraction ``y[n, f, t] = sum_{c, k} xpad[n, group(f) + c, t*stride + k*dilation] *
 w[f, c, k]`` runs over time padded to whole tiles, and ``crop`` trims it to the true length
 (FuseOps then fuses bias and activations after the crop). Scheduled by ``contraction``: rows are
-output channels, vec is time.
+output channels, vec is time; ``xpad`` is its ``tile_input``, padded per vec tile where time
+has many tiles.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def conv1d_compute(x: te.Tensor, w: te.Tensor, stride: int, padding: tuple[int, 
         lambda b, f, t: te.sum(
             xpad[b, (f // per_group) * c_group + rc, t * stride + rk * dilation]
             * w[f, rc, rk], axis=[rc, rk]),
-        name="conv1d", attrs=annotation(row_axis=1, vec_axis=2))
+        name="conv1d", attrs=annotation(row_axis=1, vec_axis=2, tile_input="xpad"))
     if padded == out_len:
         return y
     return te.compute((n, c_out, out_len), lambda b, f, t: y[b, f, t], name="crop")
