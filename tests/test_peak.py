@@ -26,7 +26,8 @@ def test_fma_kernel_runs_its_chains_as_vector_fmas():
     expected = x.astype(np.float64)
     for _ in range(steps):
         expected = expected * np.float32(DECAY) + np.float32(OFFSET)
-    np.testing.assert_allclose(out.numpy(), expected, rtol=0, atol=2e-4)  # float32 rounding, 1000 steps
+    # float32 rounding over 1000 steps; a missing OFFSET would be off by about 0.1
+    np.testing.assert_allclose(out.numpy(), expected, rtol=0, atol=2e-4)
     asm = library.inspect_source("asm")
     assert "vfmadd" in asm or "fmla" in asm
     if cpu_facts(target).vector_bits == 512:

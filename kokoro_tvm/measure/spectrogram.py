@@ -19,10 +19,10 @@ def spectrogram_comparison(root: PathLike, target: str, sentence: str, voice: st
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from kokoro_tvm import paths
     from kokoro_tvm.measure.metrics import log_mel, snr_db
     from kokoro_tvm.model.reference import TorchEngine, kokoro_noise
     from kokoro_tvm.runtime.engine import TvmEngine
-    from kokoro_tvm import paths
     from kokoro_tvm.runtime.g2p import phonemizer, token_ids
     from kokoro_tvm.runtime.model_folder import AssetFolder
     from kokoro_tvm.runtime.voices import load_voice, style_for
