@@ -46,6 +46,7 @@ from kokoro_tvm.compile import gpu  # noqa: E402
 from kokoro_tvm.components import COMPONENTS  # noqa: E402
 from kokoro_tvm.runtime import g2p  # noqa: E402
 from kokoro_tvm.runtime.cuda import compile_fatbin, kernel_file  # noqa: E402
+from kokoro_tvm.stages.common import load_ir  # noqa: E402
 
 OTHER_PYTHONS = ("3.10", "3.12", "3.13")
 SKIP = ("__pycache__", "libtvm_compiler.so", "3rdparty", "src", "include", "cython", "web",
@@ -111,8 +112,8 @@ def build_probes(root: Path, chosen: list[dict], target_string: str, out: Path
     smallest = {}
     for entry in chosen:
         smallest.setdefault(entry["component"], entry)
-    modules = [tvm.ir.load_json((root / paths.RELAX.format(
-        component=e["component"], lstm=e["lstm"], bucket=e["bucket"])).read_text())
+    modules = [load_ir(root / paths.RELAX.format(
+        component=e["component"], lstm=e["lstm"], bucket=e["bucket"]))
         for e in smallest.values()]
     mod = probes.probe_module(modules)
     (out / "probes").mkdir()
@@ -224,7 +225,7 @@ def prepare(root: Path, out: Path, target: str = "cuda", seed: int = 0,
         shutil.copy(library, staging / "libs" / f"{stem}.so")
         lowered = root / paths.LOWERED.format(target=target, component=name, lstm=lstm,
                                               bucket=bucket)
-        count = (write_kernels(tvm.ir.load_json(lowered.read_text()),
+        count = (write_kernels(load_ir(lowered),
                                tvm.target.Target(entry["target_string"]), staging / "kernels",
                                library) if entry["device"] == "cuda" else 0)
         cases.append({"component": name, "bucket": bucket, "lstm": lstm, "stem": stem,
