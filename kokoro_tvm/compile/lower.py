@@ -46,7 +46,7 @@ BACKENDS = {"llvm": "tvm.relax.backend.cpu_generic.pipeline",
 
 
 def passes(target: tvm.target.Target, schedule: bool = True, tuning_db: str | None = None,
-           until: str | None = None) -> list[tvm.transform.Pass]:
+           until: str | None = None, precision: str = "float32") -> list[tvm.transform.Pass]:
     """The target's default Relax passes in order, without ``SKIPPED_PASSES``; with
     ``schedule``, our legalizations in LegalizeOps and our schedules after FuseTIR; with
     ``tuning_db`` (a MetaSchedule work dir, compile/tune.py), its tuned kernels first, so that
@@ -54,7 +54,8 @@ def passes(target: tvm.target.Target, schedule: bool = True, tuning_db: str | No
 
     Our schedules are for CPUs (x86 and Arm: they read the vector width from the target); GPU
     targets keep their backend's own schedules (dlight) whatever ``schedule`` says, and get
-    the GPU form of our hand-written kernels first."""
+    the GPU form of our hand-written kernels first. ``precision`` int8 quantizes the
+    generator's residual convolutions first (compile/quantize.py; CPUs with VNNI only)."""
     if target.kind.name not in BACKENDS:
         raise ValueError(f"no Relax pipeline known for target kind {target.kind.name}")
     schedule = schedule and "cpu" in target.keys
@@ -63,6 +64,10 @@ def passes(target: tvm.target.Target, schedule: bool = True, tuning_db: str | No
              + backend.dataflow_lower_passes(target) + backend.finalize_passes(target))
     gpu = "cpu" not in target.keys
     chosen = [_gpu_kernels()] if gpu else []
+    if precision == "int8":
+        from kokoro_tvm.compile.quantize import quantize_convs
+
+        chosen.append(quantize_convs(target))
     for p in every:
         if p.info.name in SKIPPED_PASSES:
             continue
@@ -152,7 +157,7 @@ def _legalize(schedule: bool, gpu: bool) -> tvm.transform.Pass:
 
 
 def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: bool = True,
-          tuning_db: str | None = None) -> tvm.IRModule:
+          tuning_db: str | None = None, precision: str = "float32") -> tvm.IRModule:
     """``mod`` through the target's Relax pipeline (legalize, fuse, schedule, memory planning,
     VM lowering): everything ``relax.build`` does before VM codegen and TIR compilation."""
     # On GPUs each library call replays its kernels as captured CUDA graphs (the kernels
@@ -160,7 +165,8 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: bool = True,
     # call is otherwise bound by kernel launches.
     graphs = {"relax.backend.use_cuda_graph": "gpu" in target.keys}
     with target, tvm.transform.PassContext(config=graphs):
-        return tvm.transform.Sequential(passes(target, schedule, tuning_db))(mod)
+        return tvm.transform.Sequential(passes(target, schedule, tuning_db,
+                                               precision=precision))(mod)
 
 
 def fused_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:

@@ -53,13 +53,18 @@ def vec_multiple(facts: CpuFacts, rows: int, vec_extent: int) -> int:
     return register_tile(facts, rows, vec_extent)[1] * facts.lanes()
 
 
-def annotation(row_axis: int, vec_axis: int, tile_input: str | None = None) -> dict[str, str]:
+def annotation(row_axis: int, vec_axis: int, tile_input: str | None = None,
+               dot: str | None = None) -> dict[str, str]:
     """The block annotation a legalization puts on its contraction (TE ``attrs``).
     ``tile_input`` names a producer (the zero-padded input) that the schedule may compute per
-    vec tile, for the tile's window only (``schedule_contraction``)."""
+    vec tile, for the tile's window only (``schedule_contraction``). ``dot`` names a tensor
+    intrinsic that computes the vector lanes times the last reduction axis in one instruction
+    (int8 dot products, compile/quantize.py) where float32 has one FMA per reduction step."""
     axes = {"row": row_axis, "vec": vec_axis}
     if tile_input is not None:
         axes["tile_input"] = tile_input
+    if dot is not None:
+        axes["dot"] = dot
     return {ANNOTATION: json.dumps(axes)}
 
 
@@ -116,7 +121,8 @@ def schedule_contraction(sch: s_tir.Schedule, block, axes: dict, facts: CpuFacts
         m -= 1
     ro, ri = sch.split(row, [None, r])
     vo, vm, vi = sch.split(vec, [None, m, lanes])
-    sch.reorder(*others, vo, ro, *reduce, ri, vm, vi)
+    dot = [reduce.pop()] if "dot" in axes else []  # the intrinsic's own reduction, inside vi
+    sch.reorder(*others, vo, ro, *reduce, ri, vm, vi, *dot)
 
     # Accumulate in a local tile, write it back (and run the epilogue) once per tile.
     writeback = sch.cache_write(block, 0, "local")
@@ -139,10 +145,14 @@ def schedule_contraction(sch: s_tir.Schedule, block, axes: dict, facts: CpuFacts
         sch.parallel(sch.fuse(*others, vo, ro))
     sch.unroll(ri)
     sch.unroll(vm)
-    if lanes > 1:
+    if lanes > 1 and not dot:
         sch.vectorize(vi)
     if reduce:  # the init block's loops copy the unroll and vectorize annotations
-        sch.decompose_reduction(block, reduce[0])
+        init = sch.decompose_reduction(block, reduce[0])
+        if dot:
+            sch.vectorize(sch.get_loops(init)[-1])
+    if dot:
+        sch.tensorize(vi, axes["dot"])
 
 
 def _tile_input(sch: s_tir.Schedule, block, axes: dict):
@@ -171,7 +181,9 @@ def apply_contraction(func: tirx.PrimFunc, target: Target) -> s_tir.Schedule | N
         return None
     block, axes = found
     facts = cpu_facts(target)
+    name = sch.get(block).name_hint
     schedule_contraction(sch, block, axes, facts)
-    # The side blocks left at the root (padding, weight regrouping, interleave).
-    schedule_root_blocks(sch, facts, skip=[block])
+    # The side blocks left at the root (padding, weight regrouping, interleave); tensorizing
+    # replaced the contraction by the block ``blockize`` names "{name}_o".
+    schedule_root_blocks(sch, facts, skip=[name, f"{name}_o"])
     return sch

@@ -80,7 +80,8 @@ def schedule_block(sch: s_tir.Schedule, block, facts: CpuFacts) -> None:
 
 
 def schedule_root_blocks(sch: s_tir.Schedule, facts: CpuFacts, skip=()) -> None:
-    skipped = {sch.get(b).name_hint for b in skip}
+    """``schedule_block`` for each root block but those in ``skip`` (blocks or names)."""
+    skipped = {b if isinstance(b, str) else sch.get(b).name_hint for b in skip}
     for block in root_blocks(sch):
         if sch.get(block).name_hint in skipped:
             continue
