@@ -32,6 +32,10 @@ class Function:
     # False where the outputs are ill-conditioned in float32 (the decoder's harmonic source):
     # validation reports their error and judges them through the chained component instead.
     tight: bool = True
+    # True where a target's ``precision: int8`` quantizes the function's convolutions (the
+    # decoder's generator, compile/quantize.py): then judged through the chain as well, by the
+    # spectral bars with the int8 SNR cap, never by the tight bar.
+    quantizable: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,7 +96,7 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in (
               functions=(Function("source", ("f0", "phase_noise", "sine_noise", "frame_mask"),
                                   ("har",), tight=False),
                          Function("body", ("asr", "f0", "n", "s", "har", "frame_mask"),
-                                  ("audio",))),
+                                  ("audio",), quantizable=True)),
               # 2 F0 values per frame; SAMPLES_PER_FRAME samples of noise and audio.
               length_axes={"asr": (2, 1), "f0": (1, 2), "n": (1, 2), "frame_mask": (1, 1),
                            "sine_noise": (1, SAMPLES_PER_FRAME),

@@ -116,6 +116,24 @@ def _check_targets(config: dict[str, Any]) -> None:
         if target not in config["target_options"]:
             raise ConfigError(f"config key 'targets[{i}]': no target_options entry for '{target}'; "
                               f"defined: {', '.join(sorted(config['target_options']))}")
+        _check_precision(target, config["target_options"][target])
+
+
+def _check_precision(target: str, options: dict[str, Any]) -> None:
+    """int8 only where its kernels can be compiled: llvm targets whose CPU has VNNI."""
+    if options.get("precision", "float32") != "int8":
+        return
+    key = f"config key 'target_options.{target}.precision'"
+    if options["kind"] != "llvm":
+        raise ConfigError(f"{key}: int8 is for CPU (llvm) targets; use float32 for {target}")
+    from kokoro_tvm.compile.quantize import missing_features
+    from kokoro_tvm.compile.targets import make_target
+
+    missing = missing_features(make_target(options))
+    if missing:
+        cpu = options.get("mcpu", "the default CPU")
+        raise ConfigError(f"{key}: int8 needs {', '.join(missing)}, which {cpu} lacks; use "
+                          "float32, or an mcpu with AVX-512 VNNI (e.g. znver4, sapphirerapids)")
 
 
 def validate_config(config: dict[str, Any], base: str | Path = ".") -> dict[str, Any]:

@@ -87,6 +87,21 @@ def real_built(workflow, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def real_int8_built(real_built, workflow) -> Path:
+    """``real_built`` with the int8 target (config.yaml's llvm_int8) built beside llvm; skips
+    where this CPU cannot run int8 libraries (no AVX-512 VNNI)."""
+    from kokoro_tvm.compile.quantize import missing_features
+    from kokoro_tvm.compile.targets import make_target
+
+    missing = missing_features(make_target({"kind": "llvm", "mcpu": "host"}))
+    if missing:
+        pytest.skip(f"this CPU lacks {', '.join(missing)}: int8 libraries cannot run here")
+    run_snakemake(real_built, "all", "--config", 'targets=["llvm","llvm_int8"]',
+                  snakefile=workflow / "Snakefile", configfiles=(REAL_SMALL,))
+    return real_built
+
+
+@pytest.fixture(scope="session")
 def built(workflow, tmp_path_factory) -> Path:
     """A finished `snakemake all` on the tiny config."""
     workdir = tmp_path_factory.mktemp("built")

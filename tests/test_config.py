@@ -30,6 +30,11 @@ BAD_CONFIGS = {
     "voice folder missing": ({"voices": {"source": "path", "folder": "no-such-dir"}},
                              "voices.folder"),
     "report voice not built": ({"report": {"voice": "am_puck"}}, "report.voice"),
+    "int8 on a CPU without VNNI": ({"targets": ["old"], "target_options": {"old": {
+        "kind": "llvm", "mcpu": "skylake-avx512", "precision": "int8"}}},
+                                   "target_options.old.precision"),
+    "int8 on a GPU": ({"targets": ["cuda"], "target_options": {"cuda": {
+        "kind": "cuda", "arch": "sm_90", "precision": "int8"}}}, "target_options.cuda.precision"),
 }
 
 

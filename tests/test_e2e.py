@@ -59,6 +59,23 @@ def test_tvm_speech_is_recognised_as_well_as_pytorch(real_built, voice):
     assert tvm_wer <= torch_wer + WER_MARGIN, (tvm_heard, torch_heard)
 
 
+@pytest.mark.parametrize("voice", ["af_heart", "am_adam"])
+def test_int8_speech_is_recognised_as_well_as_pytorch(real_int8_built, voice):
+    """The int8 target's libraries (validated by the spectral bars in the build) must be heard
+    as well as PyTorch too: the word-error bar that stands for them instead of the tight one."""
+    tvm = TvmEngine(model_folder(real_int8_built, "llvm_int8"))
+    tvm_wer, tvm_heard = _corpus_wer(tvm, tvm.folder, voice)
+    torch_wer, torch_heard = _corpus_wer(TorchEngine(real_int8_built),
+                                         AssetFolder.of_build(real_int8_built), voice)
+    print(f"{voice}: WER int8 {tvm_wer:.3f} {tvm_heard}, PyTorch {torch_wer:.3f} {torch_heard}")
+    assert tvm_wer <= torch_wer + WER_MARGIN, (tvm_heard, torch_heard)
+    report = json.loads((real_int8_built / "results/validate/llvm_int8/decoder/none/b256.json")
+                        .read_text())
+    assert report["passed"] and "body.audio.relative_error" in report["metrics"]
+    assert report["metrics"]["body.audio.relative_error"]["tolerance"] is None
+    assert report["metrics"]["chained.audio.snr_db"]["tolerance"] <= 15.0
+
+
 def test_either_bucket_gives_pytorchs_exact_length_result(real_built):
     """One utterance through the 256- and the 512-frame libraries: durations identical to
     PyTorch at exact length, audio within MIN_SNR_DB of it (same SineGen noise draws)."""

@@ -1,7 +1,7 @@
 """Where a target's code runs, from its dict form, without importing TVM (the workflow reads
-these when it parses): the device (cpu or cuda), the CPU architecture (``mtriple`` or this
-machine), the cross linker, whether this machine can run the libraries, and the LSTM lowerings a
-device can compile.
+these when it parses): the device (cpu or cuda), the precision, the CPU architecture
+(``mtriple`` or this machine), the cross linker, whether this machine can run the libraries, and
+the LSTM lowerings a device can compile.
 """
 from __future__ import annotations
 
@@ -21,6 +21,12 @@ def host_machine() -> str:
 def device_kind(options: dict[str, Any]) -> str:
     """The TVM device a target's libraries run on: ``cuda`` or ``cpu``."""
     return "cuda" if options["kind"] == "cuda" else "cpu"
+
+
+def precision(options: dict[str, Any]) -> str:
+    """What a target computes the generator's convolutions in: ``float32`` unless its options
+    say ``precision: int8`` (compile/quantize.py)."""
+    return str(options.get("precision", "float32"))
 
 
 def architecture(options: dict[str, Any]) -> str:

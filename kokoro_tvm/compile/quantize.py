@@ -30,7 +30,6 @@ from kokoro_tvm.compile.schedules.conv1d import static_float32_ncw
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
 from kokoro_tvm.compile.schedules.elementwise import PARALLEL_CHUNKS
 
-PRECISIONS = ("float32", "int8")
 # Convolutions whose weights come only from parameters matching this are quantized.
 QUANTIZED_WEIGHTS = re.compile(r"(^|\.)generator\.(resblocks|noise_res)\.")
 GROUP = 4  # input channels per 32-bit lane of vpdpbusd
@@ -38,11 +37,6 @@ LANES = 16  # int32 accumulators per 512-bit register
 REQUIRED_FEATURES = ("avx512vnni",)
 DOT_INTRIN = "kokoro_tvm_vnni_u8s8_16x4"
 OPAQUE = 8  # relax's OpPatternKind kOpaque: hand-scheduled kernels are neither fused nor analysed
-
-
-def precision(target_options: dict) -> str:
-    """The precision a target's options ask for (``float32`` when they do not say)."""
-    return str(target_options.get("precision", "float32"))
 
 
 def missing_features(target: tvm.target.Target) -> list[str]:
@@ -125,7 +119,7 @@ def activation_qparams_kernel(n: int, c: int, length: int, chunks: int) -> tirx.
     per_chunk = -(-rows // chunks)
     blocks, tail = divmod(length, LANES)
 
-    @T.prim_func(s_tir=True)
+    @T.prim_func(s_tir=True, private=True)
     def activation_qparams(x: T.Buffer((n, c, length), "float32"),
                            qparams: T.Buffer((2,), "float32")):
         T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": OPAQUE})
@@ -146,8 +140,10 @@ def activation_qparams_kernel(n: int, c: int, length: int, chunks: int) -> tirx.
                             highs[p, lane] = T.max(highs[p, lane],
                                                    rows_x[p * per_chunk + r, blk * LANES + lane])
                     for j in range(tail):
-                        lows[p, 0] = T.min(lows[p, 0], rows_x[p * per_chunk + r, blocks * LANES + j])
-                        highs[p, 0] = T.max(highs[p, 0], rows_x[p * per_chunk + r, blocks * LANES + j])
+                        lows[p, 0] = T.min(lows[p, 0],
+                                           rows_x[p * per_chunk + r, blocks * LANES + j])
+                        highs[p, 0] = T.max(highs[p, 0],
+                                            rows_x[p * per_chunk + r, blocks * LANES + j])
             low = T.alloc_buffer((1,), "float32")
             high = T.alloc_buffer((1,), "float32")
             low[0] = T.float32(0)
@@ -173,7 +169,7 @@ def quantize_activations_kernel(n: int, c: int, length: int, left: int,
     blocks = length // LANES
     edge = span - blocks * LANES  # positions outside the vector loop: [0, left) and the rest
 
-    @T.prim_func(s_tir=True)
+    @T.prim_func(s_tir=True, private=True)
     def quantize_activations(x: T.Buffer((n, c, length), "float32"),
                              qparams: T.Buffer((2,), "float32"),
                              xq: T.Buffer((n, groups, span, GROUP), "uint8")):
@@ -210,11 +206,12 @@ def quantize_activations_kernel(n: int, c: int, length: int, left: int,
 
 
 def conv1d_int8_compute(xq: te.Tensor, wq: te.Tensor, wsum: te.Tensor, wscale: te.Tensor,
-                        qparams: te.Tensor, dilation: int, out_len: int) -> te.Tensor:
-    """The int8 product of ``quantize_activations`` and ``quantize_weights``, dequantized."""
-    n, _, span, _ = (int(d) for d in xq.shape)
+                        qparams: te.Tensor, dilation: int, out_len: int,
+                        padded: int) -> te.Tensor:
+    """The int8 product of ``quantize_activations`` and ``quantize_weights``, dequantized:
+    ``padded`` steps (whole register tiles) computed, ``out_len`` kept."""
+    n = int(xq.shape[0])
     out, groups, kernel, _ = (int(d) for d in wq.shape)
-    padded = span - dilation * (kernel - 1)
     rc, rk, ri = (te.reduce_axis((0, e), name) for e, name in
                   ((groups, "rc"), (kernel, "rk"), (GROUP, "ri")))
     acc = te.compute(
@@ -309,7 +306,7 @@ class _Quantizer(relax.PyExprMutator):
                         f"quantize_activations_{shape}_l{left}_s{span}", [x, qparams],
                         (n, c // GROUP, span, GROUP), "uint8")
         return bb.call_te(conv1d_int8_compute, xq, wq, wsum, wscale, qparams, dilation, out_len,
-                          primfunc_name_hint="conv1d_int8")
+                          padded, primfunc_name_hint="conv1d_int8")
 
 
 def quantize_convs(target: tvm.target.Target) -> tvm.transform.Pass:

@@ -26,6 +26,11 @@ def resolve_options(options: dict[str, Any]) -> dict[str, Any]:
     return resolved
 
 
+# Keys of a target's options that say how we compile for it, not what TVM targets.
+OWN_KEYS = ("precision",)
+
+
 def make_target(options: dict[str, Any]) -> tvm.target.Target:
     """A tvm.target.Target from the dict form, resolving ``mcpu: host``."""
-    return tvm.target.Target(resolve_options(options))
+    return tvm.target.Target({k: v for k, v in resolve_options(options).items()
+                              if k not in OWN_KEYS})

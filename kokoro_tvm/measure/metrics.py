@@ -17,10 +17,15 @@ TIGHT_RELATIVE = 1e-4
 SPECTRAL_TOLERANCES = {"log_mel_l1": 0.25, "snr_below_probe_db": 10.0, "snr_db_cap": 30.0}
 
 
-def snr_bar(probe_snr: float) -> float:
+# The cap for libraries whose generator convolutions are int8 (a target's ``precision: int8``):
+# they measured 22 dB against PyTorch where float32 gives 39-44 (docs/decisions.md, Below
+# float32); a wrong scale or zero point gives far less.
+INT8_SNR_DB_CAP = 15.0
+
+
+def snr_bar(probe_snr: float, cap: float = SPECTRAL_TOLERANCES["snr_db_cap"]) -> float:
     """The waveform's SNR bar given the probe's SNR at the same inputs."""
-    return min(SPECTRAL_TOLERANCES["snr_db_cap"],
-               probe_snr - SPECTRAL_TOLERANCES["snr_below_probe_db"])
+    return min(cap, probe_snr - SPECTRAL_TOLERANCES["snr_below_probe_db"])
 
 
 def metric(value: float, tolerance: float | None = None, bound: str = "max") -> dict[str, Any]:
@@ -80,14 +85,16 @@ def snr_db(out: np.ndarray, ref: np.ndarray) -> float:
     return float(10 * np.log10(float(np.sum(ref.astype(np.float64) ** 2)) / max(noise, 1e-30)))
 
 
-def spectral_metrics(out: np.ndarray, ref: np.ndarray, probe: np.ndarray
+def spectral_metrics(out: np.ndarray, ref: np.ndarray, probe: np.ndarray,
+                     snr_cap: float = SPECTRAL_TOLERANCES["snr_db_cap"]
                      ) -> dict[str, dict[str, Any]]:
     """Log-mel L1 and SNR of ``out`` against ``ref``, judged by SPECTRAL_TOLERANCES, the SNR
-    relative to the ``probe``'s (PyTorch under a rounding-sized input change)."""
+    relative to the ``probe``'s (PyTorch under a rounding-sized input change), at most
+    ``snr_cap``."""
     probe_snr = snr_db(probe, ref)
     return {
         "log_mel_l1": metric(log_mel_l1(out, ref), SPECTRAL_TOLERANCES["log_mel_l1"], "max"),
-        "snr_db": metric(snr_db(out, ref), snr_bar(probe_snr), "min"),
+        "snr_db": metric(snr_db(out, ref), snr_bar(probe_snr, snr_cap), "min"),
         "probe_log_mel_l1": metric(log_mel_l1(probe, ref)),
         "probe_snr_db": metric(probe_snr),
     }

@@ -26,6 +26,8 @@ import numpy as np
 from kokoro_tvm.components import COMPONENTS, Component, crop, valid_length
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.measure.metrics import (
+    INT8_SNR_DB_CAP,
+    SPECTRAL_TOLERANCES,
     TIGHT_RELATIVE,
     metric,
     source_metrics,
@@ -63,15 +65,28 @@ def run_library(so_path: str | os.PathLike, params_npz: str | os.PathLike, funct
 # Validation.
 # --------------------------------------------------------------------------------------------
 
+def _quantized(fn, precision: str) -> bool:
+    return precision == "int8" and fn.quantizable
+
+
+def _snr_cap(component: Component, precision: str) -> float:
+    if any(_quantized(fn, precision) for fn in component.functions):
+        return INT8_SNR_DB_CAP
+    return SPECTRAL_TOLERANCES["snr_db_cap"]
+
+
 def _per_function(component: Component, so_path, params_npz, ref: dict[str, np.ndarray],
-                  device: str = "cpu") -> tuple[dict[str, dict[str, Any]], dict[str, np.ndarray]]:
+                  device: str = "cpu", precision: str = "float32"
+                  ) -> tuple[dict[str, dict[str, Any]], dict[str, np.ndarray]]:
     """Each function on the reference values of its inputs: the tight check's metrics, and
     every function's outputs."""
     metrics, outputs = {}, {}
     for fn in component.functions:
         outs = run_library(so_path, params_npz, fn.name, {i: ref[i] for i in fn.inputs}, device)
         outputs.update(zip(fn.outputs, outs))
-        tolerance = TIGHT_RELATIVE if fn.tight else None  # else judged through the chain
+        # else judged through the chain
+        tight = fn.tight and not _quantized(fn, precision)
+        tolerance = TIGHT_RELATIVE if tight else None
         for out_name, out in zip(fn.outputs, outs):
             for key, entry in tight_metrics(out, ref[out_name], tolerance).items():
                 metrics[f"{fn.name}.{out_name}.{key}"] = entry
@@ -94,7 +109,7 @@ def _run_chained(component: Component, so_path, params_npz, inputs: dict[str, np
 
 
 def _chained(component: Component, env: dict[str, np.ndarray],
-             reference: Mapping[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+             reference: Mapping[str, np.ndarray], snr_cap: float) -> dict[str, dict[str, Any]]:
     """Spectral metrics on the valid part of the chained run's final waveform ``env``, against
     the padded PyTorch run's (the probe is taken at exact length: ``reference_values``)."""
     length = valid_length(component.name, env)
@@ -102,7 +117,7 @@ def _chained(component: Component, env: dict[str, np.ndarray],
     for name in component.spectral_outputs:
         out = crop(component.name, {name: env[name]}, length)[name]
         ref = crop(component.name, {name: reference[f"output.{name}"]}, length)[name]
-        found = spectral_metrics(out, ref, reference[f"probe.{name}"])
+        found = spectral_metrics(out, ref, reference[f"probe.{name}"], snr_cap)
         metrics.update({f"chained.{name}.{key}": entry for key, entry in found.items()})
     return metrics
 
@@ -120,7 +135,8 @@ def _float64(component: Component, env: dict[str, np.ndarray],
 
 
 def _length_exact(component: Component, env: dict[str, np.ndarray],
-                  reference: Mapping[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+                  reference: Mapping[str, np.ndarray], snr_cap: float
+                  ) -> dict[str, dict[str, Any]]:
     """The library's valid outputs on the padded inputs against unpatched Kokoro run on the
     utterance without padding (docs/decisions.md, Fidelity); same bars: tight,
     or spectral for ``spectral_outputs`` (the decoder's waveform, its functions chained)."""
@@ -130,7 +146,7 @@ def _length_exact(component: Component, env: dict[str, np.ndarray],
         valid = crop(component.name, {out_name: env[out_name]}, length)[out_name]
         exact = reference[f"exact.{out_name}"]
         if out_name in component.spectral_outputs:
-            found = spectral_metrics(valid, exact, reference[f"probe.{out_name}"])
+            found = spectral_metrics(valid, exact, reference[f"probe.{out_name}"], snr_cap)
         else:
             found = tight_metrics(valid, exact, TIGHT_RELATIVE)
         metrics.update({f"exact_length.{out_name}.{key}": entry for key, entry in found.items()})
@@ -139,20 +155,22 @@ def _length_exact(component: Component, env: dict[str, np.ndarray],
 
 def validate_component(name: str, bucket: int, so_path: str | os.PathLike,
                        params_npz: str | os.PathLike, reference: Mapping[str, np.ndarray],
-                       device: str = "cpu") -> dict[str, Any]:
+                       device: str = "cpu", precision: str = "float32") -> dict[str, Any]:
     """Library vs PyTorch on the example inputs, the library run on ``device`` (``cpu`` or
     ``cuda``): metrics, tolerances, ``passed``. ``reference``: what PyTorch computed on them
-    (``reference_values``, as the export stage saves it)."""
+    (``reference_values``, as the export stage saves it). ``precision``: the target's; int8
+    libraries are judged by the spectral bars where their functions are quantized."""
     component = COMPONENTS[name]
     inputs = {i: reference[f"input.{i}"] for i in component.inputs}
     ref = {**inputs, **{o: reference[f"output.{o}"] for o in component.outputs}}
-    metrics, separate = _per_function(component, so_path, params_npz, ref, device)
+    metrics, separate = _per_function(component, so_path, params_npz, ref, device, precision)
     env = _run_chained(component, so_path, params_npz, inputs, separate, device)
+    snr_cap = _snr_cap(component, precision)
     if len(component.functions) > 1:
-        metrics.update(_chained(component, env, reference))
+        metrics.update(_chained(component, env, reference, snr_cap))
     if component.float64_output is not None:
         metrics.update(_float64(component, env, reference, bucket))
-    metrics.update(_length_exact(component, env, reference))
+    metrics.update(_length_exact(component, env, reference, snr_cap))
     judged = [m["passed"] for m in metrics.values() if "passed" in m]
     return {"component": name, "bucket": bucket, "metrics": metrics,
             "passed": bool(judged) and all(judged)}
