@@ -65,6 +65,11 @@ class Component:
         return next(name for name in self.length_axes if name.endswith("_mask"))
 
     @property
+    def quantizable(self) -> bool:
+        """Whether a target's ``precision: int8`` quantizes any of its functions."""
+        return any(fn.quantizable for fn in self.functions)
+
+    @property
     def outputs(self) -> tuple[str, ...]:
         return tuple(o for f in self.functions for o in f.outputs)
 

@@ -7,7 +7,12 @@ from snakemake.utils import min_version
 
 from kokoro_tvm import paths
 from kokoro_tvm.components import COMPONENTS
-from kokoro_tvm.compile.devices import cannot_run_reason, device_kind, lstm_methods_for
+from kokoro_tvm.compile.devices import (
+    cannot_run_reason,
+    device_kind,
+    library_precision,
+    lstm_methods_for,
+)
 from kokoro_tvm.config import validate_config
 
 min_version("9.0")
@@ -179,6 +184,12 @@ def per_library(pattern, target):
 def target_options(target):
     """A target's TVM options as JSON, passed as a param so that changing them rebuilds that target only."""
     return json.dumps(setting(f"target_options.{target}"), sort_keys=True)
+
+
+def library_precision_of(wildcards):
+    """A library's precision (float32, or int8 where its target asks and it applies)."""
+    return library_precision(setting(f"target_options.{wildcards.target}"), wildcards.component,
+                             int(wildcards.bucket))
 
 
 def tuning_database(wildcards):

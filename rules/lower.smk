@@ -12,6 +12,7 @@ rule lower:
     params:
         options=lambda wildcards: target_options(wildcards.target),
         tuning=lambda wildcards, input: f"--tuning-db {input.tuning}" if input.tuning else "",
+        precision=library_precision_of,
         versions=versions("apache-tvm"),
     priority: longest_chains_first
     log:
@@ -22,4 +23,4 @@ rule lower:
         "../envs/kokoro-tvm.yaml"
     shell:
         "python {input.script} --relax {input.relax} --target-options '{params.options}'"
-        " --out {output.lowered} {params.tuning} > {log} 2>&1"
+        " --precision {params.precision} --out {output.lowered} {params.tuning} > {log} 2>&1"

@@ -12,6 +12,7 @@ import tvm
 from tvm import relax, te
 
 from kokoro_tvm.compile.build import build_library
+from kokoro_tvm.compile.devices import INT8_MAX_FRAMES, library_precision
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.quantize import (
     activation_qparams_kernel,
@@ -154,3 +155,12 @@ def test_cpu_without_vnni_is_refused_with_the_fix():
     target = make_target({"kind": "llvm", "mcpu": "skylake-avx512"})
     with pytest.raises(ValueError, match="avx512vnni.*float32"):
         quantize_convs(target)
+
+
+def test_int8_covers_the_decoder_up_to_its_frame_limit_only():
+    """Longer decoder buckets and the other components of an int8 target stay float32."""
+    int8 = {"kind": "llvm", "mcpu": "host", "precision": "int8"}
+    assert library_precision(int8, "decoder", INT8_MAX_FRAMES) == "int8"
+    assert library_precision(int8, "decoder", INT8_MAX_FRAMES + 1) == "float32"
+    assert library_precision(int8, "bert", 64) == "float32"
+    assert library_precision({"kind": "llvm", "mcpu": "host"}, "decoder", 128) == "float32"

@@ -16,9 +16,11 @@ def main() -> None:
                         help='TVM target in dict form, as JSON, e.g. {"kind": "llvm", "mcpu": "host"}')
     parser.add_argument("--out", required=True, help="results/lowered/{target}/{component}/{lstm}/b{bucket}.json")
     parser.add_argument("--tuning-db", help="a MetaSchedule database folder (workflow_scripts/tune.py)")
+    parser.add_argument("--precision", choices=("float32", "int8"), default="float32",
+                        help="int8: the generator's convolutions quantized (CPUs with VNNI)")
     args = parser.parse_args()
     without_torch()
-    lower(args.relax, json.loads(args.target_options), args.out, args.tuning_db)
+    lower(args.relax, json.loads(args.target_options), args.out, args.tuning_db, args.precision)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,24 @@ def precision(options: dict[str, Any]) -> str:
     return str(options.get("precision", "float32"))
 
 
+# int8 covers decoder buckets up to this many frames. One activation scale per tensor takes in
+# the whole utterance's range, and past it the waveform's log-mel L1 against PyTorch reached the
+# bar (0.25): 0.13-0.21 at 128-512 frames, 0.24 at 768, 0.32 at 1024, 0.44 at 2048
+# (docs/decisions.md, Below float32). Longer buckets of an int8 target stay float32.
+INT8_MAX_FRAMES = 512
+
+
+def library_precision(options: dict[str, Any], component: str, bucket: int) -> str:
+    """The precision of one library of a target: int8 where the target asks for it, the
+    component has quantizable functions and the bucket is at most ``INT8_MAX_FRAMES``."""
+    from kokoro_tvm.components import COMPONENTS
+
+    if (precision(options) == "int8" and COMPONENTS[component].quantizable
+            and bucket <= INT8_MAX_FRAMES):
+        return "int8"
+    return "float32"
+
+
 def architecture(options: dict[str, Any]) -> str:
     """The architecture a target's code is for: the CPU (``x86_64``, ``aarch64``) from
     ``mtriple`` or this machine, or the GPU (``cuda:sm_90``)."""

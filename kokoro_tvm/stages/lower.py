@@ -8,19 +8,19 @@ from kokoro_tvm.stages.common import PathLike, load_ir
 
 
 def lower(relax_json: PathLike, target_options: dict[str, Any], out: PathLike,
-          tuning_db: PathLike | None = None) -> None:
+          tuning_db: PathLike | None = None, precision: str = "float32") -> None:
     """results/lowered/{target}/...: the target's Relax pipeline applied, before codegen;
-    with a tuning database (``tune``), its schedules where it has them; with the target's
-    ``precision`` int8, the generator's convolutions quantized (compile/quantize.py)."""
+    with a tuning database (``tune``), its schedules where it has them; with ``precision``
+    int8 (``devices.library_precision``), the generator's convolutions quantized
+    (compile/quantize.py)."""
     import tvm
 
-    from kokoro_tvm.compile.devices import precision
     from kokoro_tvm.compile.lower import lower as lower_module
     from kokoro_tvm.compile.targets import make_target
 
     mod = load_ir(relax_json)
     lowered = lower_module(mod, make_target(target_options),
                            tuning_db=None if tuning_db is None else str(tuning_db),
-                           precision=precision(target_options))
+                           precision=precision)
     with atomic_path(out) as tmp:
         tmp.write_text(tvm.ir.save_json(lowered))

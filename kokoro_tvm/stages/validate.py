@@ -18,11 +18,13 @@ def validate(component: str, lstm: str, bucket: int, library: PathLike, params: 
     A library this machine cannot run (CUDA without a GPU, another CPU architecture) gets a
     report with ``status: skipped``, the reason, and ``passed: false``; the job succeeds and the
     manifest lists the library as unvalidated (the runtime refuses it)."""
-    from kokoro_tvm.compile.devices import cannot_run_reason, device_kind, precision
+    from kokoro_tvm.compile.devices import cannot_run_reason, device_kind, library_precision
     from kokoro_tvm.measure.validate import ValidationFailed, load_reference, validate_component
 
     options = target_options or {"kind": "llvm"}
-    report = {"component": component, "lstm": lstm, "bucket": bucket, "library": str(library)}
+    precision = library_precision(options, component, bucket)
+    report = {"component": component, "lstm": lstm, "bucket": bucket, "library": str(library),
+              "precision": precision}
     reason = cannot_run_reason(options)
     if reason is not None:
         report.update(status="skipped", reason=reason, metrics={}, passed=False)
@@ -32,7 +34,7 @@ def validate(component: str, lstm: str, bucket: int, library: PathLike, params: 
 
     report.update(validate_component(component, bucket, library, params,
                                      load_reference(reference), device=device_kind(options),
-                                     precision=precision(options)))
+                                     precision=precision))
     report.update(status="passed" if report["passed"] else "failed",
                   threads={"tvm": tvm.runtime.num_threads()})
     if not report["passed"]:
