@@ -1,8 +1,9 @@
 """int8 convolutions on CPUs with VNNI: the opt-in ``precision: int8`` of a CPU target.
 
 Which convolutions: the generator's residual blocks (``resblocks``, ``noise_res``), most of the
-decoder's arithmetic; every other op stays float32 (docs/decisions.md, Below float32: int8
-everywhere fails the spectral and word-error bars, these alone pass them).
+decoder's arithmetic, in decoder buckets up to ``devices.INT8_MAX_FRAMES``; every other op stays
+float32 (docs/decisions.md, Below float32: int8 everywhere fails the spectral and word-error
+bars, these alone pass them).
 
 How (``quantize_convs``, a Relax pass run before legalization):
 - weights: int8 per output channel, symmetric (scale ``max|w| / 127``), packed
