@@ -49,31 +49,27 @@ def test_int8_product_is_exact(out_ch, in_ch, length, kernel, dilation):
     span = length + 64 + dilation * (kernel - 1)  # room for the padded tiles
     xq = te.placeholder((1, in_ch // 4, span, 4), "uint8", name="xq")
     wq = te.placeholder((out_ch, in_ch // 4, kernel, 4), "int8", name="wq")
-    wsum = te.placeholder((out_ch,), "int32", name="wsum")
+    zero_sums = te.placeholder((out_ch,), "int32", name="zero_sums")
     wscale = te.placeholder((out_ch,), "float32", name="wscale")
-    qparams = te.placeholder((2,), "float32", name="qparams")
-    y = conv1d_int8_compute(xq, wq, wsum, wscale, qparams, dilation, length,
+    y = conv1d_int8_compute(xq, wq, zero_sums, wscale, dilation, length,
                             padded=-(-length // 64) * 64)
-    func = te.create_prim_func([xq, wq, wsum, wscale, qparams, y]).with_attr("global_symbol",
-                                                                            "conv")
+    func = te.create_prim_func([xq, wq, zero_sums, wscale, y]).with_attr("global_symbol", "conv")
     sch = apply_contraction(func, HOST)
     assert sch is not None
     assert "vpdpbusd" in sch.mod.script()
     library = tvm.tirx.build(sch.mod, target=HOST)
     x = rng.integers(0, 256, (1, in_ch // 4, span, 4), dtype=np.uint8)
     w = rng.integers(-127, 128, (out_ch, in_ch // 4, kernel, 4), dtype=np.int8)
-    zero = 37
-    sums = w.astype(np.int32).sum(axis=(1, 2, 3)).astype(np.int32)
+    zero_sums = rng.integers(-10**5, 10**5, out_ch).astype(np.int32)
     out = np.zeros((1, out_ch, length), np.float32)
-    args = _tensors(x, w, sums, np.ones(out_ch, np.float32), np.array([1.0, zero], np.float32),
-                    out)
+    args = _tensors(x, w, zero_sums, np.ones(out_ch, np.float32), out)
     library["conv"](*args)
     xs, ws = x.astype(np.int64), w.astype(np.int64)
     expected = np.zeros((out_ch, length), np.int64)
     for k in range(kernel):
         window = xs[0, :, k * dilation:k * dilation + length, :]
         expected += np.einsum("gti,ogi->ot", window, ws[:, :, k, :])
-    expected -= zero * sums[:, None].astype(np.int64)
+    expected -= zero_sums[:, None].astype(np.int64)
     np.testing.assert_array_equal(args[-1].numpy()[0], expected.astype(np.float32))
 
 
@@ -81,25 +77,31 @@ def test_int8_product_is_exact(out_ch, in_ch, length, kernel, dilation):
 @pytest.mark.parametrize("channels, length, left, span",
                          [(8, 37, 3, 64), (64, 1000, 5, 1040), (4, 16, 0, 16)])
 def test_activation_kernels_quantize_as_numpy(channels, length, left, span):
-    """Scale and zero point over the range and zero; uint8 values packed [C/4, span, 4],
-    the zero point on the padding before and after (ragged vectors at both edges)."""
+    """Per channel, scale and zero point over its range and zero (channels of different
+    ranges, one all positive); uint8 values packed [C/4, span, 4], the zero point on the
+    padding before and after (ragged vectors at both edges)."""
     rng = np.random.default_rng(1)
-    x = (rng.standard_normal((1, channels, length)) * 3 + 1).astype(np.float32)
-    qparams = tvm.runtime.tensor(np.zeros(2, np.float32))
-    ranges = tvm.tirx.build(activation_qparams_kernel(1, channels, length, 16)
+    x = (rng.standard_normal((1, channels, length))
+         * rng.uniform(0.1, 10, (1, channels, 1)) + 1).astype(np.float32)
+    x[0, 0] = np.abs(x[0, 0])
+    qparams = tvm.runtime.tensor(np.zeros((channels, 2), np.float32))
+    ranges = tvm.tirx.build(activation_qparams_kernel(channels, length)
                             .with_attr("global_symbol", "f"), target=HOST)
     ranges["f"](tvm.runtime.tensor(x), qparams)
-    low, high = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
-    scale, zero = qparams.numpy()
+    low = np.minimum(x[0].min(axis=1), 0.0)
+    high = np.maximum(x[0].max(axis=1), 0.0)
+    scale, zero = qparams.numpy().T
     np.testing.assert_allclose(scale, (high - low) / 255, rtol=1e-6)
-    assert zero == np.round(-low / scale)
+    np.testing.assert_array_equal(zero, np.round(-low / scale))
+    assert zero[0] == 0
 
     packed = tvm.runtime.tensor(np.full((1, channels // 4, span, 4), 255, np.uint8))
-    quantize = tvm.tirx.build(quantize_activations_kernel(1, channels, length, left, span)
+    quantize = tvm.tirx.build(quantize_activations_kernel(channels, length, left, span)
                               .with_attr("global_symbol", "f"), target=HOST)
     quantize["f"](tvm.runtime.tensor(x), qparams, packed)
-    expected = np.full((channels, span), zero, np.float32)
-    expected[:, left:left + length] = np.clip(np.round(x[0] / scale) + zero, 0, 255)
+    expected = np.repeat(zero[:, None], span, axis=1)
+    expected[:, left:left + length] = np.clip(np.round(x[0] / scale[:, None]) + zero[:, None],
+                                              0, 255)
     got = packed.numpy()[0].transpose(0, 2, 1).reshape(channels, span)
     np.testing.assert_array_equal(got, expected.astype(np.uint8))
 

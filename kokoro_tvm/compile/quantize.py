@@ -5,16 +5,19 @@ decoder's arithmetic, in decoder buckets up to ``devices.INT8_MAX_FRAMES``; ever
 float32 (docs/decisions.md, Below float32: int8 everywhere fails the spectral and word-error
 bars, these alone pass them).
 
-How (``quantize_convs``, a Relax pass run before legalization):
-- weights: int8 per output channel, symmetric (scale ``max|w| / 127``), packed
-  ``[O, C/4, K, 4]`` so that four input channels are one 32-bit broadcast; their sums per
-  output channel; all of it weight-only, so LiftWeightTransforms computes it once per library;
-- activations: uint8 per tensor with a zero point, the range computed at run time over the
-  whole input (and zero, so that padding is exact), packed ``[N, C/4, time, 4]`` and padded;
-- the product: ``acc[n, o, t] = sum_{c4, k, i} xq[n, c4, t + k*d, i] * wq[o, c4, k, i]`` in
-  int32, a contraction scheduled like the float32 one with its lanes (16 time steps) times the
-  4 channels of a group as one ``vpdpbusd`` (``DOT_INTRIN``), then
-  ``y = (acc - zero * sum_w[o]) * scale_x * scale_w[o]`` in its epilogue.
+How (``quantize_convs``, a Relax pass run before legalization), at each call:
+- activations: uint8 per input channel with a zero point, over the channel's range and zero
+  (so that padding is exact), packed ``[1, C/4, time, 4]`` and padded;
+- weights: the activations' channel scales folded in (``w * scale_x[c]``: a sum over channels
+  cannot take a scale per channel after it), then int8 per output channel, symmetric, packed
+  ``[O, C/4, K, 4]`` so that four input channels are one 32-bit broadcast (O x C x K work per
+  call, against O x C x K x time for the product);
+- the product: ``acc[o, t] = sum_{c4, k, i} xq[c4, t + k*d, i] * wq[o, c4, k, i]`` in int32, a
+  contraction scheduled like the float32 one with its lanes (16 time steps) times the 4
+  channels of a group as one ``vpdpbusd`` (``DOT_INTRIN``), then
+  ``y = (acc - sum wq * zero_x) * scale_w[o]`` in its epilogue.
+One scale per tensor was the first form: its error grew with the utterance's range, and failed
+the log-mel bar past 768 frames (docs/decisions.md, Below float32).
 """
 from __future__ import annotations
 
@@ -29,7 +32,6 @@ from tvm.target import codegen
 from kokoro_tvm.compile.schedules.contraction import annotation, vec_multiple
 from kokoro_tvm.compile.schedules.conv1d import static_float32_ncw
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
-from kokoro_tvm.compile.schedules.elementwise import PARALLEL_CHUNKS
 
 # Convolutions whose weights come only from parameters matching this are quantized.
 QUANTIZED_WEIGHTS = re.compile(r"(^|\.)generator\.(resblocks|noise_res)\.")
@@ -82,85 +84,74 @@ def _dot_vnni(a: T.Buffer((LANES, GROUP), "uint8", offset_factor=1),
 TensorIntrin.register(DOT_INTRIN, _dot_desc, _dot_vnni, override=True)
 
 
-def weight_scales(w: te.Tensor) -> te.Tensor:
-    """Per output channel: ``max |w| / 127`` (never 0)."""
+def weight_scales(w: te.Tensor, qparams: te.Tensor) -> te.Tensor:
+    """Per output channel: ``max |w * scale_x| / 127`` (never 0), the activations' channel
+    scales folded into the weights."""
     out, c_in, kernel = w.shape
     rc, rk = te.reduce_axis((0, c_in), "rc"), te.reduce_axis((0, kernel), "rk")
-    peak = te.compute((out,), lambda o: te.max(tirx.abs(w[o, rc, rk]), axis=[rc, rk]),
-                      name="weight_peak")
+    peak = te.compute((out,), lambda o: te.max(tirx.abs(w[o, rc, rk] * qparams[rc, 0]),
+                                               axis=[rc, rk]), name="weight_peak")
     return te.compute((out,), lambda o: tirx.max(peak[o], tirx.const(1e-30, "float32")) / 127.0,
                       name="weight_scale")
 
 
-def quantize_weights(w: te.Tensor, scale: te.Tensor) -> te.Tensor:
-    """``w`` [O, C, K] in int8, packed [O, C/4, K, 4]."""
+def quantize_weights(w: te.Tensor, qparams: te.Tensor, scale: te.Tensor) -> te.Tensor:
+    """``w * scale_x`` [O, C, K] in int8, packed [O, C/4, K, 4]."""
     out, c_in, kernel = (int(d) for d in w.shape)
     return te.compute(
         (out, c_in // GROUP, kernel, GROUP),
-        lambda o, c4, k, i: tirx.max(tirx.min(
-            tirx.nearbyint(w[o, c4 * GROUP + i, k] / scale[o]), 127.0), -127.0).astype("int8"),
+        lambda o, c4, k, i: tirx.max(tirx.min(tirx.nearbyint(
+            w[o, c4 * GROUP + i, k] * qparams[c4 * GROUP + i, 0] / scale[o]), 127.0),
+            -127.0).astype("int8"),
         name="weight_int8")
 
 
-def weight_sums(wq: te.Tensor) -> te.Tensor:
-    """Per output channel, the sum of its int8 weights (the zero point's share of a product)."""
+def zero_point_sums(wq: te.Tensor, qparams: te.Tensor) -> te.Tensor:
+    """Per output channel, ``sum wq * zero_x``: the zero points' share of a product."""
     out, groups, kernel, group = wq.shape
     rc, rk, ri = (te.reduce_axis((0, n), name) for n, name in
                   ((groups, "rc"), (kernel, "rk"), (group, "ri")))
-    return te.compute((out,), lambda o: te.sum(wq[o, rc, rk, ri].astype("int32"),
-                                               axis=[rc, rk, ri]), name="weight_sum")
+    return te.compute((out,), lambda o: te.sum(
+        wq[o, rc, rk, ri].astype("int32") * qparams[rc * GROUP + ri, 1].astype("int32"),
+        axis=[rc, rk, ri]), name="zero_point_sum")
 
 
-def activation_qparams_kernel(n: int, c: int, length: int, chunks: int) -> tirx.PrimFunc:
-    """x [n, c, length] -> [scale, zero point] of uint8 over x's range and zero.
-
-    Hand-scheduled: ``chunks`` parallel row ranges keep a vector of minima and maxima each,
-    then one thread folds them (a reduction the generic rules would leave scalar)."""
-    rows = n * c
-    per_chunk = -(-rows // chunks)
+def activation_qparams_kernel(c: int, length: int) -> tirx.PrimFunc:
+    """x [1, c, length] -> [c, 2]: each channel's uint8 scale and zero point over its range and
+    zero. Hand-scheduled: a thread per channel keeps a vector of minima and maxima (a reduction
+    the generic rules would leave scalar), then folds it."""
     blocks, tail = divmod(length, LANES)
 
     @T.prim_func(s_tir=True, private=True)
-    def activation_qparams(x: T.Buffer((n, c, length), "float32"),
-                           qparams: T.Buffer((2,), "float32")):
+    def activation_qparams(x: T.Buffer((1, c, length), "float32"),
+                           qparams: T.Buffer((c, 2), "float32")):
         T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": OPAQUE})
         # A root block: relax's analyses expect one in every PrimFunc.
         with T.sblock("root"):
-            rows_x = T.decl_buffer((rows, length), "float32", data=x.data)
-            lows = T.alloc_buffer((chunks, LANES), "float32")
-            highs = T.alloc_buffer((chunks, LANES), "float32")
-            for p in T.parallel(chunks):
+            for r in T.parallel(c):
+                lows = T.alloc_buffer((LANES,), "float32", scope="local")
+                highs = T.alloc_buffer((LANES,), "float32", scope="local")
                 for lane in T.vectorized(LANES):
-                    lows[p, lane] = T.float32(0)
-                    highs[p, lane] = T.float32(0)
-                for r in range(T.min(per_chunk, rows - p * per_chunk)):
-                    for blk in range(blocks):
-                        for lane in T.vectorized(LANES):
-                            lows[p, lane] = T.min(lows[p, lane],
-                                                  rows_x[p * per_chunk + r, blk * LANES + lane])
-                            highs[p, lane] = T.max(highs[p, lane],
-                                                   rows_x[p * per_chunk + r, blk * LANES + lane])
-                    for j in range(tail):
-                        lows[p, 0] = T.min(lows[p, 0],
-                                           rows_x[p * per_chunk + r, blocks * LANES + j])
-                        highs[p, 0] = T.max(highs[p, 0],
-                                            rows_x[p * per_chunk + r, blocks * LANES + j])
-            low = T.alloc_buffer((1,), "float32")
-            high = T.alloc_buffer((1,), "float32")
-            low[0] = T.float32(0)
-            high[0] = T.float32(0)
-            for p, lane in T.grid(chunks, LANES):
-                low[0] = T.min(low[0], lows[p, lane])
-                high[0] = T.max(high[0], highs[p, lane])
-            qparams[0] = T.max(high[0] - low[0], T.float32(1e-30)) / T.float32(255)
-            qparams[1] = T.nearbyint(-low[0] / qparams[0])
+                    lows[lane] = T.float32(0)
+                    highs[lane] = T.float32(0)
+                for blk in range(blocks):
+                    for lane in T.vectorized(LANES):
+                        lows[lane] = T.min(lows[lane], x[0, r, blk * LANES + lane])
+                        highs[lane] = T.max(highs[lane], x[0, r, blk * LANES + lane])
+                for j in range(tail):
+                    lows[0] = T.min(lows[0], x[0, r, blocks * LANES + j])
+                    highs[0] = T.max(highs[0], x[0, r, blocks * LANES + j])
+                for lane in range(1, LANES):
+                    lows[0] = T.min(lows[0], lows[lane])
+                    highs[0] = T.max(highs[0], highs[lane])
+                qparams[r, 0] = T.max(highs[0] - lows[0], T.float32(1e-30)) / T.float32(255)
+                qparams[r, 1] = T.nearbyint(-lows[0] / qparams[r, 0])
 
     return activation_qparams
 
 
-def quantize_activations_kernel(n: int, c: int, length: int, left: int,
-                                span: int) -> tirx.PrimFunc:
-    """x [n, c, length] -> uint8 [n, c/4, span, 4]: ``left`` zero points, then
+def quantize_activations_kernel(c: int, length: int, left: int, span: int) -> tirx.PrimFunc:
+    """x [1, c, length] -> uint8 [1, c/4, span, 4]: per channel, ``left`` zero points, then
     ``round(x / scale) + zero`` clipped to [0, 255], then zero points up to ``span``.
 
     Whole vectors of time are one loop without conditions (a condition inside a vectorized loop
@@ -171,13 +162,13 @@ def quantize_activations_kernel(n: int, c: int, length: int, left: int,
     edge = span - blocks * LANES  # positions outside the vector loop: [0, left) and the rest
 
     @T.prim_func(s_tir=True, private=True)
-    def quantize_activations(x: T.Buffer((n, c, length), "float32"),
-                             qparams: T.Buffer((2,), "float32"),
-                             xq: T.Buffer((n, groups, span, GROUP), "uint8")):
+    def quantize_activations(x: T.Buffer((1, c, length), "float32"),
+                             qparams: T.Buffer((c, 2), "float32"),
+                             xq: T.Buffer((1, groups, span, GROUP), "uint8")):
         T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": OPAQUE})
         # A root block: relax's analyses expect one in every PrimFunc.
         with T.sblock("root"):
-            for bg in T.parallel(n * groups):
+            for g in T.parallel(groups):
                 for blk in range(blocks):
                     # Four rows' vectors quantized, then written interleaved in one 64-byte
                     # store (stored row by row, the stride-4 bytes go out one at a time: 6x
@@ -186,28 +177,28 @@ def quantize_activations_kernel(n: int, c: int, length: int, left: int,
                     for i in T.unroll(GROUP):
                         for lane in T.vectorized(LANES):
                             vals[i * LANES + lane] = T.Cast("int32", T.max(T.min(T.nearbyint(
-                                x[bg // groups, bg % groups * GROUP + i, blk * LANES + lane]
-                                / qparams[0]) + qparams[1], T.float32(255)), T.float32(0)))
+                                x[0, g * GROUP + i, blk * LANES + lane]
+                                / qparams[g * GROUP + i, 0]) + qparams[g * GROUP + i, 1],
+                                T.float32(255)), T.float32(0)))
                     for j in T.vectorized(GROUP * LANES):
-                        xq[bg // groups, bg % groups, left + blk * LANES + j // GROUP,
+                        xq[0, g, left + blk * LANES + j // GROUP,
                            j % GROUP] = T.Cast("uint8", vals[j % GROUP * LANES + j // GROUP])
                 for e, i in T.grid(edge, GROUP):
                     # e -> the positions before the vectors, then those after them
-                    xq[bg // groups, bg % groups,
-                       T.if_then_else(e < left, e, e + blocks * LANES), i] = T.Cast(
+                    xq[0, g, T.if_then_else(e < left, e, e + blocks * LANES), i] = T.Cast(
                         "uint8", T.if_then_else(
                             T.And(e >= left, e + blocks * LANES < left + length),
                             T.max(T.min(T.nearbyint(
-                                x[bg // groups, bg % groups * GROUP + i,
-                                  T.max(e + blocks * LANES - left, 0)]
-                                / qparams[0]) + qparams[1], T.float32(255)), T.float32(0)),
-                            qparams[1]))
+                                x[0, g * GROUP + i, T.max(e + blocks * LANES - left, 0)]
+                                / qparams[g * GROUP + i, 0]) + qparams[g * GROUP + i, 1],
+                                T.float32(255)), T.float32(0)),
+                            qparams[g * GROUP + i, 1]))
 
     return quantize_activations
 
 
-def conv1d_int8_compute(xq: te.Tensor, wq: te.Tensor, wsum: te.Tensor, wscale: te.Tensor,
-                        qparams: te.Tensor, dilation: int, out_len: int,
+def conv1d_int8_compute(xq: te.Tensor, wq: te.Tensor, zero_sums: te.Tensor,
+                        wscale: te.Tensor, dilation: int, out_len: int,
                         padded: int) -> te.Tensor:
     """The int8 product of ``quantize_activations`` and ``quantize_weights``, dequantized:
     ``padded`` steps (whole register tiles) computed, ``out_len`` kept."""
@@ -220,19 +211,20 @@ def conv1d_int8_compute(xq: te.Tensor, wq: te.Tensor, wsum: te.Tensor, wscale: t
         lambda b, o, t: te.sum(xq[b, rc, t + rk * dilation, ri].astype("int32")
                                * wq[o, rc, rk, ri].astype("int32"), axis=[rc, rk, ri]),
         name="conv1d_int8", attrs=annotation(row_axis=1, vec_axis=2, dot=DOT_INTRIN))
-    zero = qparams[1].astype("int32")
     return te.compute(
         (n, out, out_len),
-        lambda b, o, t: (acc[b, o, t] - zero * wsum[o]).astype("float32")
-        * (qparams[0] * wscale[o]), name="dequantize")
+        lambda b, o, t: (acc[b, o, t] - zero_sums[o]).astype("float32") * wscale[o],
+        name="dequantize")
 
 
 def quantizable(call: relax.Call) -> bool:
-    """Whether a conv1d is one the int8 product covers: static float32 NCW, no groups or
-    stride, input channels a multiple of 4."""
+    """Whether a conv1d is one the int8 product covers: static float32 NCW, batch 1 (the
+    activations' channel scales are folded into the weights), no groups or stride, input
+    channels a multiple of 4."""
     x, _ = call.args
     return (static_float32_ncw(call, kernel_layout="OIW") and int(call.attrs.groups) == 1
-            and int(call.attrs.strides[0]) == 1 and int(x.ty.shape[1]) % GROUP == 0)
+            and int(call.attrs.strides[0]) == 1 and int(x.ty.shape[0]) == 1
+            and int(x.ty.shape[1]) % GROUP == 0)
 
 
 @relax.expr_functor.mutator
@@ -296,17 +288,18 @@ class _Quantizer(relax.PyExprMutator):
         multiple = vec_multiple(cpu_facts(self.target), out, out_len)
         padded = -(-out_len // multiple) * multiple
         span = padded + dilation * (kernel - 1)
-        wscale = bb.emit_te(weight_scales, w, primfunc_name_hint="weight_scales")
-        wq = bb.emit_te(quantize_weights, w, wscale, primfunc_name_hint="quantize_weights")
-        wsum = bb.emit_te(weight_sums, wq, primfunc_name_hint="weight_sums")
-        n, c = int(x.ty.shape[0]), int(x.ty.shape[1])
-        shape = f"n{n}_c{c}_t{length}"
-        qparams = self._call(activation_qparams_kernel(n, c, length, PARALLEL_CHUNKS),
-                             f"activation_qparams_{shape}", [x], (2,), "float32")
-        xq = self._call(quantize_activations_kernel(n, c, length, left, span),
+        c = int(x.ty.shape[1])
+        shape = f"c{c}_t{length}"
+        qparams = self._call(activation_qparams_kernel(c, length), f"activation_qparams_{shape}",
+                             [x], (c, 2), "float32")
+        xq = self._call(quantize_activations_kernel(c, length, left, span),
                         f"quantize_activations_{shape}_l{left}_s{span}", [x, qparams],
-                        (n, c // GROUP, span, GROUP), "uint8")
-        return bb.call_te(conv1d_int8_compute, xq, wq, wsum, wscale, qparams, dilation, out_len,
+                        (1, c // GROUP, span, GROUP), "uint8")
+        wscale = bb.emit_te(weight_scales, w, qparams, primfunc_name_hint="weight_scales")
+        wq = bb.emit_te(quantize_weights, w, qparams, wscale,
+                        primfunc_name_hint="quantize_weights")
+        zero_sums = bb.emit_te(zero_point_sums, wq, qparams, primfunc_name_hint="zero_point_sums")
+        return bb.call_te(conv1d_int8_compute, xq, wq, zero_sums, wscale, dilation, out_len,
                           padded, primfunc_name_hint="conv1d_int8")
 
 
