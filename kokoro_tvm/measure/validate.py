@@ -84,9 +84,8 @@ def _per_function(component: Component, so_path, params_npz, ref: dict[str, np.n
     for fn in component.functions:
         outs = run_library(so_path, params_npz, fn.name, {i: ref[i] for i in fn.inputs}, device)
         outputs.update(zip(fn.outputs, outs))
-        # else judged through the chain
         tight = fn.tight and not _quantized(fn, precision)
-        tolerance = TIGHT_RELATIVE if tight else None
+        tolerance = TIGHT_RELATIVE if tight else None  # else judged through the chain
         for out_name, out in zip(fn.outputs, outs):
             for key, entry in tight_metrics(out, ref[out_name], tolerance).items():
                 metrics[f"{fn.name}.{out_name}.{key}"] = entry
