@@ -150,6 +150,11 @@ def activation_qparams_kernel(c: int, length: int) -> tirx.PrimFunc:
     return activation_qparams
 
 
+def _uint8_level(value, scale, zero):
+    """``round(value / scale) + zero`` clipped to [0, 255], still float32."""
+    return T.max(T.min(T.nearbyint(value / scale) + zero, T.float32(255)), T.float32(0))
+
+
 def quantize_activations_kernel(c: int, length: int, left: int, span: int) -> tirx.PrimFunc:
     """x [1, c, length] -> uint8 [1, c/4, span, 4]: per channel, ``left`` zero points, then
     ``round(x / scale) + zero`` clipped to [0, 255], then zero points up to ``span``.
@@ -176,10 +181,9 @@ def quantize_activations_kernel(c: int, length: int, left: int, span: int) -> ti
                     vals = T.alloc_buffer((GROUP * LANES,), "int32", scope="local")
                     for i in T.unroll(GROUP):
                         for lane in T.vectorized(LANES):
-                            vals[i * LANES + lane] = T.Cast("int32", T.max(T.min(T.nearbyint(
-                                x[0, g * GROUP + i, blk * LANES + lane]
-                                / qparams[g * GROUP + i, 0]) + qparams[g * GROUP + i, 1],
-                                T.float32(255)), T.float32(0)))
+                            vals[i * LANES + lane] = T.Cast("int32", _uint8_level(
+                                x[0, g * GROUP + i, blk * LANES + lane],
+                                qparams[g * GROUP + i, 0], qparams[g * GROUP + i, 1]))
                     for j in T.vectorized(GROUP * LANES):
                         xq[0, g, left + blk * LANES + j // GROUP,
                            j % GROUP] = T.Cast("uint8", vals[j % GROUP * LANES + j // GROUP])
@@ -188,10 +192,9 @@ def quantize_activations_kernel(c: int, length: int, left: int, span: int) -> ti
                     xq[0, g, T.if_then_else(e < left, e, e + blocks * LANES), i] = T.Cast(
                         "uint8", T.if_then_else(
                             T.And(e >= left, e + blocks * LANES < left + length),
-                            T.max(T.min(T.nearbyint(
-                                x[0, g * GROUP + i, T.max(e + blocks * LANES - left, 0)]
-                                / qparams[g * GROUP + i, 0]) + qparams[g * GROUP + i, 1],
-                                T.float32(255)), T.float32(0)),
+                            _uint8_level(
+                                x[0, g * GROUP + i, T.max(e + blocks * LANES - left, 0)],
+                                qparams[g * GROUP + i, 0], qparams[g * GROUP + i, 1]),
                             qparams[g * GROUP + i, 1]))
 
     return quantize_activations
