@@ -41,8 +41,8 @@ def _engine(args: argparse.Namespace, folder):
 
 
 class ProgressBar:
-    """``[##########..........] 12/24 pieces`` on one line of ``stream``, redrawn in place;
-    nothing for a text spoken in one piece."""
+    """``[##########..........] 12/24 sentences`` on one line of ``stream``, redrawn in place;
+    nothing for a text of one sentence."""
 
     WIDTH = 30
 
@@ -53,7 +53,7 @@ class ProgressBar:
         if total < 2:
             return
         filled = self.WIDTH * done // total
-        self.stream.write(f"\r[{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total} pieces")
+        self.stream.write(f"\r[{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total} sentences")
         self.stream.flush()
         self.shown = True
 
@@ -177,7 +177,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", action="store_true",
                    help="print first-audio latency and per-stage times")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="a progress bar over the text's pieces (default: on a terminal, "
+                   help="a progress bar over the text's sentences (default: on a terminal, "
                         "unless --stream or --verbose print per-chunk lines)")
     p.set_defaults(run=say)
     v = commands.add_parser("voices", help="list the voices of a model folder and their languages")

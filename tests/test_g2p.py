@@ -39,17 +39,45 @@ def test_split_falls_back_to_clauses_then_words_then_characters():
     assert japanese == ["今日は晴れ。", "明日は雨。"]
 
 
+def _texts(found) -> list[str]:
+    return [piece.text for piece, _ in found]
+
+
 def test_pieces_join_whole_sentences_up_to_the_limit_unless_streaming():
     vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .,", 1)}
     text = "one two. three four. five six seven eight nine ten eleven."
-    joined = g2p.pieces(text, str.lower, vocab, limit=40)
+    joined = list(g2p.pieces(text, str.lower, vocab, limit=40))
     last = "five six seven eight nine ten eleven."
-    assert [p.text for p in joined] == ["one two. three four.", last]
-    assert joined[0].phonemes == "one two. three four."
-    streamed = g2p.pieces(text, str.lower, vocab, per_sentence=True, limit=40)
-    assert [p.text for p in streamed] == ["one two.", "three four.", last]
-    long = g2p.pieces("aaaa bbbb, cccc dddd, eeee.", str.lower, vocab, limit=12)
-    assert [p.text for p in long] == ["aaaa bbbb,", "cccc dddd,", "eeee."]  # clauses
+    assert _texts(joined) == ["one two. three four.", last]
+    assert joined[0][0].phonemes == "one two. three four."
+    assert [done for _, done in joined] == [2, 3]  # sentences spoken once each piece is
+    streamed = list(g2p.pieces(text, str.lower, vocab, per_sentence=True, limit=40))
+    assert _texts(streamed) == ["one two.", "three four.", last]
+    assert [done for _, done in streamed] == [1, 2, 3]
+    long = list(g2p.pieces("aaaa bbbb, cccc dddd, eeee. ff.", str.lower, vocab, limit=12))
+    assert _texts(long) == ["aaaa bbbb,", "cccc dddd,", "eeee.", "ff."]  # clauses
+    assert [done for _, done in long] == [0, 0, 1, 2]  # a sentence is done at its last clause
+
+
+def test_pieces_phonemize_a_sentence_only_when_they_reach_it():
+    """The first piece of a long text waits for its own G2P, not the whole text's: streaming
+    needs no look ahead, joining looks one sentence ahead."""
+    vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .,", 1)}
+    text = " ".join(f"sentence {word}." for word in ("one", "two", "three", "four", "five"))
+    for per_sentence, phonemized_by_first in ((True, 1), (False, 2)):
+        asked: list[str] = []
+
+        def phonemize(part: str) -> str:
+            asked.append(part)
+            return part.lower()
+
+        found = g2p.pieces(text, phonemize, vocab, per_sentence=per_sentence, limit=20)
+        first, _ = next(found)
+        assert first.text == "sentence one."
+        assert len(set(asked)) == phonemized_by_first
+        rest = [piece.text for piece, _ in found]
+        assert [first.text, *rest] == g2p.sentences(text)  # nothing dropped, order kept
+        assert len(set(asked)) == 5
 
 
 def test_language_follows_the_voice_as_in_kokoro():

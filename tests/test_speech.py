@@ -86,4 +86,4 @@ def test_progress_bar_draws_in_place():
     bar.close()
     lines = stream.getvalue().split("\r")[1:]
     assert lines[0].startswith("[" + "#" * 7 + "." * 23 + "] 1/4")
-    assert lines[1] == "[" + "#" * 30 + "] 4/4 pieces\n"
+    assert lines[1] == "[" + "#" * 30 + "] 4/4 sentences\n"

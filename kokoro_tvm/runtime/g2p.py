@@ -138,30 +138,46 @@ def split_text(text: str, size: Callable[[str], int], limit: int = MAX_TOKENS,
     return [piece for part in parts for piece in split_text(part, size, limit, level + 1)]
 
 
+def sentences(text: str) -> list[str]:
+    """The text's sentences, as ``pieces`` takes them (no G2P: cheap for any length)."""
+    return _parts(text, 0)
+
+
 def pieces(text: str, phonemize: Callable[[str], str], vocab: dict[str, int], *,
-           per_sentence: bool = False, limit: int = MAX_TOKENS) -> list[Piece]:
-    """The text as pieces of at most ``limit`` tokens: whole sentences joined up to the limit
-    (Kokoro's prosody spans them), or one piece per sentence with ``per_sentence`` (earlier
-    first audio when streaming). Sentences over the limit are cut at clauses, then words."""
+           per_sentence: bool = False, limit: int = MAX_TOKENS) -> Iterator[tuple[Piece, int]]:
+    """The text as pieces of at most ``limit`` tokens, each with how many of its ``sentences``
+    are spoken once the piece is: whole sentences joined up to the limit (Kokoro's prosody
+    spans them), or one piece per sentence with ``per_sentence`` (earlier first audio when
+    streaming). Sentences over the limit are cut at clauses, then words.
+
+    Lazy: a sentence is phonemized when the pieces reach it, so the first piece of a long
+    text comes after its own G2P alone (joining looks one sentence ahead)."""
     phonemes_of = functools.cache(phonemize)
-    found: list[Piece] = []
-    joinable = False  # whether found[-1] is whole sentences, which the next may join
-    for sentence in _parts(text, 0):
+
+    def tokens(piece: Piece) -> int:
+        return len(token_ids(piece.phonemes, vocab))
+
+    held: Piece | None = None  # whole sentences, which the next sentence may join
+    for done, sentence in enumerate(sentences(text), 1):
         stretches = split_text(sentence, lambda t: len(token_ids(phonemes_of(t), vocab)), limit,
                                level=1)
-        for stretch in stretches:
+        for i, stretch in enumerate(stretches):
             piece = Piece(stretch, phonemes_of(stretch))
-            tokens = len(token_ids(piece.phonemes, vocab))
-            if tokens == 0:
+            if tokens(piece) == 0:
                 continue  # nothing Kokoro can say (punctuation alone)
             whole = len(stretches) == 1 and not per_sentence
-            if (whole and joinable
-                    and len(token_ids(found[-1].phonemes, vocab)) + 1 + tokens <= limit):
-                found[-1] = found[-1] + piece
+            if whole and held is not None and tokens(held) + 1 + tokens(piece) <= limit:
+                held = held + piece
+                continue
+            if held is not None:
+                yield held, done - 1
+                held = None
+            if whole:
+                held = piece
             else:
-                found.append(piece)
-            joinable = whole
-    return found
+                yield piece, done if i == len(stretches) - 1 else done - 1
+    if held is not None:
+        yield held, done
 
 
 def halve(piece: Piece, phonemize: Callable[[str], str]) -> list[Piece]:

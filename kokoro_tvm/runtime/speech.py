@@ -47,17 +47,6 @@ class Chunk:
         return SAMPLE_RATE
 
 
-def text_pieces(text: str, lang: str, vocab: dict[str, int], *,
-                per_sentence: bool = False) -> list[g2p.Piece]:
-    """The text's pieces of at most g2p.MAX_TOKENS tokens (g2p.pieces)."""
-    if not text.strip():
-        raise SpeechError("the text is empty: give some words to speak")
-    found = g2p.pieces(text, g2p.phonemizer(lang), vocab, per_sentence=per_sentence)
-    if not found:
-        raise SpeechError(f"nothing speakable in {text[:40]!r}: the {lang} G2P gave no phonemes")
-    return found
-
-
 class ChunkTooLong(UserError):
     """An engine cannot take this chunk whole (no bucket large enough); the speaker splits it."""
 
@@ -98,18 +87,27 @@ def speak_chunks(engine: Engine, text: str, voice: str, *, speaker: Speaker,
     """Audio per chunk as each finishes, edges faded so that chunks join without clicks.
 
     ``voice`` is a name or blend from ``speaker``'s voices; ``lang`` defaults to the voice's
-    (g2p.language_of_voice). ``progress(done, total)`` is told after each piece of the text
-    (before any halving), so a long text can show how far it has got."""
+    (g2p.language_of_voice). The text is phonemized as the chunks reach it (g2p.pieces), so the
+    first chunk does not wait for the G2P of the rest. ``progress(done, total)`` is told the
+    sentences spoken so far after each piece of the text (before any halving), so a long text
+    can show how far it has got."""
+    if not text.strip():
+        raise SpeechError("the text is empty: give some words to speak")
     lang = lang or g2p.language_of_voice(voice)
     table, vocab = load_voice(voice, speaker), speaker.vocab
-    pieces = text_pieces(text, lang, vocab, per_sentence=per_sentence)
-    done_samples = 0
-    for i, piece in enumerate(pieces):
+    total = len(g2p.sentences(text))
+    done_samples, sentences_done = 0, None
+    for i, (piece, sentences_done) in enumerate(
+            g2p.pieces(text, g2p.phonemizer(lang), vocab, per_sentence=per_sentence)):
         for spoken, audio in _synthesize_piece(engine, piece, table, lang, vocab, speed, seed + i):
             yield Chunk(spoken.text, spoken.phonemes, _faded(audio), done_samples / SAMPLE_RATE)
             done_samples += len(audio)
         if progress is not None:
-            progress(i + 1, len(pieces))
+            progress(sentences_done, total)
+    if sentences_done is None:
+        raise SpeechError(f"nothing speakable in {text[:40]!r}: the {lang} G2P gave no phonemes")
+    if progress is not None and sentences_done < total:
+        progress(total, total)  # the last sentences had nothing to say (punctuation alone)
 
 
 def speak(engine: Engine, text: str, voice: str, **options) -> np.ndarray:
