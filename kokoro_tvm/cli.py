@@ -53,7 +53,8 @@ class ProgressBar:
         if total < 2:
             return
         filled = self.WIDTH * done // total
-        self.stream.write(f"\r[{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total} sentences")
+        bar = "#" * filled + "." * (self.WIDTH - filled)
+        self.stream.write(f"\r[{bar}] {done}/{total} sentences")
         self.stream.flush()
         self.shown = True
 
