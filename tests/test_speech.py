@@ -53,13 +53,18 @@ def test_chunk_edges_are_faded(tiny_assets):
     assert np.max(np.abs(np.diff(joined))) < 0.01  # no step at any join
 
 
-def test_progress_is_reported_per_piece(tiny_assets):
-    seen = []
-    chunks = list(speak_chunks(LimitedEngine(10_000), TEXT, "af_heart",
-                               speaker=AssetFolder.of_build(tiny_assets), per_sentence=True,
-                               progress=lambda done, total: seen.append((done, total))))
-    assert seen == [(i, 3) for i in (1, 2, 3)]  # three sentences
-    assert len(chunks) == 3
+def test_progress_counts_the_sentences_spoken(tiny_assets):
+    """Three sentences and a fourth with nothing to say ("*"), which is done with the text:
+    streamed, one chunk per sentence; joined, one chunk, after which all four are done."""
+    speaker = AssetFolder.of_build(tiny_assets)
+    for per_sentence, chunk_count, expected in (
+            (True, 3, [(1, 4), (2, 4), (3, 4), (4, 4)]), (False, 1, [(4, 4)])):
+        seen = []
+        chunks = list(speak_chunks(LimitedEngine(10_000), TEXT + " *", "af_heart",
+                                   speaker=speaker, per_sentence=per_sentence,
+                                   progress=lambda done, total: seen.append((done, total))))
+        assert seen == expected
+        assert len(chunks) == chunk_count
 
 
 def test_chunks_carry_their_text_and_start_in_order(tiny_assets):
