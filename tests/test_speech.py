@@ -8,7 +8,7 @@ import pytest
 
 from kokoro_tvm.cli import ProgressBar
 from kokoro_tvm.runtime.model_folder import AssetFolder
-from kokoro_tvm.runtime.speech import ChunkTooLong, speak, speak_chunks
+from kokoro_tvm.runtime.speech import ChunkTooLong, SpeechError, speak, speak_chunks
 
 TEXT = ("The first sentence is here, and it has a clause. The second one follows it closely. "
         "A third sentence ends the paragraph, after a long and winding clause or two.")
@@ -92,3 +92,10 @@ def test_progress_bar_draws_in_place():
     lines = stream.getvalue().split("\r")[1:]
     assert lines[0].startswith("[" + "#" * 7 + "." * 23 + "] 1/4")
     assert lines[1] == "[" + "#" * 30 + "] 4/4 sentences\n"
+
+
+def test_text_with_nothing_to_say_is_refused_before_any_synthesis(tiny_assets):
+    engine = LimitedEngine(10_000)
+    with pytest.raises(SpeechError, match="nothing speakable in '\\* #'"):
+        list(speak_chunks(engine, "* #", "af_heart", speaker=AssetFolder.of_build(tiny_assets)))
+    assert engine.calls == []
