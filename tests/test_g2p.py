@@ -59,6 +59,36 @@ def test_pieces_join_whole_sentences_up_to_the_limit_unless_streaming():
     assert [done for _, done in long] == [0, 0, 1, 2]  # a sentence is done at its last clause
 
 
+def test_a_long_first_sentence_starts_with_its_first_clauses():
+    """The lead: the most whole clauses within the limit, else the first clause alone; never
+    a cut between words (docs/decisions.md, First audio when streaming)."""
+    assert g2p.first_clauses("one two, three four, five six.", _words, limit=4) == [
+        "one two, three four,", "five six."]
+    assert g2p.first_clauses("one two three, four five, six.", _words, limit=2) == [
+        "one two three,", "four five, six."]  # the first clause is over the limit: alone
+    assert g2p.first_clauses("one two three four five six.", _words, limit=2) == [
+        "one two three four five six."]  # no clause mark: whole
+    assert g2p.first_clauses("one two, three.", _words, limit=3) == ["one two, three."]
+    japanese = g2p.first_clauses("今日は、晴れて、暖かい。", len, limit=8)
+    assert japanese == ["今日は、晴れて、", "暖かい。"]
+
+
+def test_streamed_pieces_lead_with_the_first_clauses_of_the_first_sentence_only():
+    vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .,", 1)}
+    text = "aaaa bbbb, cccc dddd, eeee. ffff gggg, hhhh iiii, jjjj."
+    streamed = list(g2p.pieces(text, str.lower, vocab, per_sentence=True, lead=22))
+    assert _texts(streamed) == ["aaaa bbbb, cccc dddd,", "eeee.", "ffff gggg, hhhh iiii, jjjj."]
+    assert [done for _, done in streamed] == [0, 1, 2]
+    assert " ".join(_texts(streamed)) == text  # nothing dropped, order kept
+    joined = list(g2p.pieces(text, str.lower, vocab, lead=22))
+    assert _texts(joined) == [text]  # a lead only when streaming
+    no_lead = list(g2p.pieces(text, str.lower, vocab, per_sentence=True, lead=None))
+    assert _texts(no_lead) == g2p.sentences(text)
+    punctuation_first = list(g2p.pieces("*. " + text, lambda t: "" if "*" in t else t, vocab,
+                                        per_sentence=True, lead=22))
+    assert _texts(punctuation_first) == _texts(streamed)  # the lead is the first spoken piece
+
+
 def test_pieces_phonemize_a_sentence_only_when_they_reach_it():
     """The first piece of a long text waits for its own G2P, not the whole text's: streaming
     needs no look ahead, joining looks one sentence ahead."""

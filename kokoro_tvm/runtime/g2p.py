@@ -138,35 +138,65 @@ def split_text(text: str, size: Callable[[str], int], limit: int = MAX_TOKENS,
     return [piece for part in parts for piece in split_text(part, size, limit, level + 1)]
 
 
+# When streaming, a first sentence longer than this many tokens is spoken in two chunks: its
+# first clauses, then the rest (first_clauses). 48 tokens are about 130 frames, the 144-frame
+# bucket. Cut at clause marks only: on 408 words, cuts at words cost 2.4-3.7 points of word
+# error against whole sentences, cuts at clauses none (docs/decisions.md, First audio).
+LEAD_TOKENS = 48
+
+
+def first_clauses(text: str, size: Callable[[str], int], limit: int = LEAD_TOKENS
+                  ) -> list[str]:
+    """``text`` as [its first clauses, the rest] if it is over ``limit`` by ``size``: the most
+    whole clauses within the limit, else the first clause alone; ``[text]`` if it is within the
+    limit or has no clause mark."""
+    text = text.strip()
+    if size(text) <= limit:
+        return [text]
+    cuts = [m for m in re.finditer(_BREAKS[1], text) if m.end() < len(text)]
+    if not cuts:
+        return [text]
+    within = [m for m in cuts if size(text[:m.start()]) <= limit]
+    cut = within[-1] if within else cuts[0]
+    return [text[:cut.start()].strip(), text[cut.end():].strip()]
+
+
 def sentences(text: str) -> list[str]:
     """The text's sentences, as ``pieces`` takes them (no G2P: cheap for any length)."""
     return _parts(text, 0)
 
 
 def pieces(text: str, phonemize: Callable[[str], str], vocab: dict[str, int], *,
-           per_sentence: bool = False, limit: int = MAX_TOKENS) -> Iterator[tuple[Piece, int]]:
+           per_sentence: bool = False, limit: int = MAX_TOKENS,
+           lead: int | None = LEAD_TOKENS) -> Iterator[tuple[Piece, int]]:
     """The text as pieces of at most ``limit`` tokens, each with how many of its ``sentences``
     are spoken once the piece is: whole sentences joined up to the limit (Kokoro's prosody
     spans them), or one piece per sentence with ``per_sentence`` (earlier first audio when
-    streaming). Sentences over the limit are cut at clauses, then words.
+    streaming), the first sentence's first clauses alone if it is over ``lead`` tokens
+    (first_clauses). Sentences over the limit are cut at clauses, then words.
 
     Lazy: a sentence is phonemized when the pieces reach it, so the first piece of a long
     text comes after its own G2P alone (joining looks one sentence ahead)."""
     phonemes_of = functools.cache(phonemize)
 
-    def tokens(piece: Piece) -> int:
-        return len(token_ids(piece.phonemes, vocab))
+    def size(stretch: str) -> int:
+        return len(token_ids(phonemes_of(stretch), vocab))
 
+    leading = per_sentence and lead is not None  # until the first piece
     held: Piece | None = None  # whole sentences, which the next sentence may join
     for done, sentence in enumerate(sentences(text), 1):
-        stretches = split_text(sentence, lambda t: len(token_ids(phonemes_of(t), vocab)), limit,
-                               level=1)
+        stretches = split_text(sentence, size, limit, level=1)
+        if leading and stretches:
+            stretches = [*first_clauses(stretches[0], size, lead), *stretches[1:]]
         for i, stretch in enumerate(stretches):
-            piece = Piece(stretch, phonemes_of(stretch))
-            if tokens(piece) == 0:
+            tokens = size(stretch)
+            if tokens == 0:
                 continue  # nothing Kokoro can say (punctuation alone)
+            piece = Piece(stretch, phonemes_of(stretch))
+            leading = False
             whole = len(stretches) == 1 and not per_sentence
-            if whole and held is not None and tokens(held) + 1 + tokens(piece) <= limit:
+            if (whole and held is not None
+                    and len(token_ids(held.phonemes, vocab)) + 1 + tokens <= limit):
                 held = held + piece
                 continue
             if held is not None:
