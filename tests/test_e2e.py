@@ -22,7 +22,7 @@ from kokoro_tvm.model.reference import TorchEngine, kokoro_noise
 from kokoro_tvm.runtime.engine import TvmEngine
 from kokoro_tvm.runtime.g2p import phonemizer, token_ids
 from kokoro_tvm.runtime.model_folder import AssetFolder, ModelFolder
-from kokoro_tvm.runtime.speech import speak
+from kokoro_tvm.runtime.speech import speak, speak_chunks
 from kokoro_tvm.runtime.voices import load_voice, style_for
 
 pytestmark = pytest.mark.slow
@@ -74,6 +74,27 @@ def test_int8_speech_is_recognised_as_well_as_pytorch(real_int8_built, voice):
     assert report["passed"] and "body.audio.relative_error" in report["metrics"]
     assert report["metrics"]["body.audio.relative_error"]["tolerance"] is None
     assert report["metrics"]["chained.audio.snr_db"]["tolerance"] <= INT8_SNR_DB_CAP
+
+
+def test_streamed_speech_is_recognised_within_two_points_of_whole_sentences(real_built):
+    """Issue 19's bar for the stream's lead (runtime/speech.py): each sentence streamed as a
+    text of its own, so that every one starts with a window decode of its first words, is heard
+    within 2 points of word error of the same sentences spoken whole (both voices, 70 words)."""
+    tvm = TvmEngine(model_folder(real_built))
+    words = 2 * sum(len(s.split()) for s in SENTENCES)
+    whole = streamed = 0.0
+    for voice in ("af_heart", "am_adam"):
+        for sentence in SENTENCES:
+            chunks = list(speak_chunks(tvm, sentence, voice, speaker=tvm.folder,
+                                       per_sentence=True))
+            assert len(chunks) == 2  # the lead and the rest: every sentence is over 64 frames
+            heard = transcribe(np.concatenate([c.samples for c in chunks]))
+            heard_whole = transcribe(speak(tvm, sentence, voice, speaker=tvm.folder))
+            print(f"{voice}: {heard!r} streamed, {heard_whole!r} whole")
+            streamed += word_error_rate(sentence, heard) * len(sentence.split()) / words
+            whole += word_error_rate(sentence, heard_whole) * len(sentence.split()) / words
+    print(f"word error: streamed {streamed:.3f}, whole {whole:.3f}")
+    assert streamed <= whole + 0.02
 
 
 def test_either_bucket_gives_pytorchs_exact_length_result(real_built):

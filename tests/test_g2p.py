@@ -60,7 +60,7 @@ def test_pieces_join_whole_sentences_up_to_the_limit_unless_streaming():
 
 
 def test_a_long_first_sentence_starts_with_its_first_clauses():
-    """The lead: the most whole clauses within the limit, else the first clause alone; never
+    """The first piece: the most whole clauses within the limit, else the first clause alone; never
     a cut between words (docs/decisions.md, First audio when streaming)."""
     assert g2p.first_clauses("one two, three four, five six.", _words, limit=4) == [
         "one two, three four,", "five six."]
@@ -73,20 +73,20 @@ def test_a_long_first_sentence_starts_with_its_first_clauses():
     assert japanese == ["今日は、晴れて、", "暖かい。"]
 
 
-def test_streamed_pieces_lead_with_the_first_clauses_of_the_first_sentence_only():
+def test_streamed_pieces_start_with_the_first_clauses_of_the_first_sentence_only():
     vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .,", 1)}
     text = "aaaa bbbb, cccc dddd, eeee. ffff gggg, hhhh iiii, jjjj."
-    streamed = list(g2p.pieces(text, str.lower, vocab, per_sentence=True, lead=22))
+    streamed = list(g2p.pieces(text, str.lower, vocab, per_sentence=True, first_piece=22))
     assert _texts(streamed) == ["aaaa bbbb, cccc dddd,", "eeee.", "ffff gggg, hhhh iiii, jjjj."]
     assert [done for _, done in streamed] == [0, 1, 2]
     assert " ".join(_texts(streamed)) == text  # nothing dropped, order kept
-    joined = list(g2p.pieces(text, str.lower, vocab, lead=22))
-    assert _texts(joined) == [text]  # a lead only when streaming
-    no_lead = list(g2p.pieces(text, str.lower, vocab, per_sentence=True, lead=None))
-    assert _texts(no_lead) == g2p.sentences(text)
+    joined = list(g2p.pieces(text, str.lower, vocab, first_piece=22))
+    assert _texts(joined) == [text]  # cut only when streaming
+    uncut = list(g2p.pieces(text, str.lower, vocab, per_sentence=True, first_piece=None))
+    assert _texts(uncut) == g2p.sentences(text)
     punctuation_first = list(g2p.pieces("*. " + text, lambda t: "" if "*" in t else t, vocab,
-                                        per_sentence=True, lead=22))
-    assert _texts(punctuation_first) == _texts(streamed)  # the lead is the first spoken piece
+                                        per_sentence=True, first_piece=22))
+    assert _texts(punctuation_first) == _texts(streamed)  # the cut is in the first spoken piece
 
 
 def test_pieces_phonemize_a_sentence_only_when_they_reach_it():

@@ -101,3 +101,30 @@ def test_numpy_noise_is_fixed_by_the_seed_not_the_threads(monkeypatch):
     chunk = engine.NOISE_CHUNK
     assert not np.array_equal(noise[0, :chunk], noise[0, chunk:2 * chunk])
     assert phases.shape == (1, 9) and 0 <= phases.min() and phases.max() < 1
+    # Fewer frames draw a prefix of these: a chunk's start decoded alone hears the same noise.
+    few_phases, few = engine.numpy_noise(7, 120)  # 72,000 samples: a chunk and part of one
+    assert np.array_equal(few_phases, phases) and np.array_equal(few, noise[:, :600 * 120])
+
+
+def test_a_chunks_start_decodes_alone_as_pytorchs_decoder_does(built):
+    """speech.LeadingEngine, for a stream's lead: prosody then decode is synthesize, in both
+    engines, and decoding the first frames alone agrees with KModel's decoder on those frames
+    (>= 60 dB given the same noise draws) in a bucket larger than them."""
+    voice = np.load(built / "results/assets/voices/af_heart.npy")[len(IDS) - 1]
+    tvm, torch_engine = TvmEngine(model_folder(built)), TorchEngine(built, disable_complex=True)
+    prosody = tvm.prosody(IDS, voice, SPEED, 3)
+    np.testing.assert_array_equal(tvm.decode(prosody), tvm.synthesize(IDS, voice, SPEED, 3))
+    reference = torch_engine.prosody(IDS, voice, SPEED, 3)
+    np.testing.assert_array_equal(torch_engine.decode(reference),
+                                  torch_engine.synthesize(IDS, voice, SPEED, 3))
+    np.testing.assert_array_equal(prosody.durations, reference.durations)
+
+    frames = 10  # of 16, in the 16-frame bucket
+    # KModel draws the window's noise after the seed, as kokoro_noise does for that many frames.
+    window_noise = TvmEngine(model_folder(built), noise=lambda seed, _: kokoro_noise(seed, frames))
+    window = window_noise.decode(window_noise.prosody(IDS, voice, SPEED, 3), frames)
+    expected = torch_engine.decode(reference, frames)
+    assert window.shape == expected.shape == (600 * frames,)
+    assert snr_db(window, expected) >= 60
+    # Not the whole's start, noise alike: the decoder normalises over the frames it is given.
+    assert snr_db(tvm.decode(prosody, frames), tvm.decode(prosody)[:600 * frames]) < 60

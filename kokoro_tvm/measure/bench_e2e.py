@@ -37,8 +37,9 @@ SENTENCES = (
     "Compilers turn programs written for people into programs written for machines.",
     "On a quiet morning in early spring, the old town slowly woke up to the sound of bells.",
 )
-# First audio is measured on a long paragraph, streamed one sentence per chunk: the sentences
-# above, then more, so that the G2P of the rest would show if the runtime waited for it.
+# First audio is measured on a long paragraph, streamed (runtime/speech.py: a lead, then one
+# sentence per chunk): the sentences above, then more, so that the G2P of the rest would show
+# if the runtime waited for it.
 PARAGRAPH = " ".join((
     *SENTENCES,
     "Nobody in the bakery could remember who had first suggested opening before dawn.",
@@ -112,6 +113,7 @@ def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
     load_seconds = time.perf_counter() - started
     for sentence in SENTENCES:  # warm-up: first calls load libraries, prepare weights, allocate
         speak(engine, sentence, voice, speaker=speaker)
+    next(iter(speak_chunks(engine, PARAGRAPH, voice, speaker=speaker, per_sentence=True)))
     replies.put("ready")
     while requests.get() == "round":
         synth, audio = 0.0, 0.0

@@ -4,6 +4,7 @@ Every compiled artifact is judged against this engine.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,23 @@ import torch
 from kokoro_tvm import paths
 from kokoro_tvm.facts import HARMONICS, SAMPLES_PER_FRAME
 from kokoro_tvm.model.kmodel import kmodel_from_params, load_kmodel
+
+
+@dataclass
+class Prosody:
+    """KModel's decoder inputs for one chunk (speech.Prosody), and the seed of its SineGen."""
+
+    durations: np.ndarray
+    decoder_inputs: tuple[torch.Tensor, ...]  # asr, F0, N, style, as forward_with_tokens has them
+    seed: int
+
+
+class _Capture(torch.nn.Module):
+    """Stands in for KModel's decoder: keeps its inputs, returns no audio."""
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        self.inputs = inputs
+        return inputs[0].new_zeros(0)
 
 
 class TorchEngine:
@@ -42,6 +60,27 @@ class TorchEngine:
         with torch.inference_mode():
             audio, durations = self.kmodel.forward_with_tokens(input_ids, style, speed)
         return audio.numpy().astype(np.float32), durations.numpy()
+
+    def prosody(self, ids: list[int], ref_s: np.ndarray, speed: float, seed: int) -> Prosody:
+        """forward_with_tokens up to its decoder call, whose inputs it keeps (speech.Prosody)."""
+        decoder, capture = self.kmodel.decoder, _Capture()
+        self.kmodel.decoder = capture
+        try:
+            _, durations = self.synthesize_with_durations(ids, ref_s, speed, seed)
+        finally:
+            self.kmodel.decoder = decoder
+        return Prosody(durations, capture.inputs, seed)
+
+    def decode(self, prosody: Prosody, frames: int | None = None) -> np.ndarray:
+        """KModel's decoder on the first ``frames`` frames alone (all by default: then exactly
+        ``synthesize``'s audio, the noise drawn after the same seed)."""
+        asr, f0, n, style = prosody.decoder_inputs
+        frames = asr.shape[-1] if frames is None else frames
+        torch.manual_seed(prosody.seed)
+        with torch.inference_mode():
+            audio = self.kmodel.decoder(asr[..., :frames], f0[..., :2 * frames],
+                                        n[..., :2 * frames], style)
+        return audio.squeeze().numpy().astype(np.float32)
 
 
 def kokoro_noise(seed: int, frames: int) -> tuple[np.ndarray, np.ndarray]:

@@ -2,16 +2,17 @@
 
 For one chunk of T tokens the engine picks, per component, the smallest bucket that fits, pads
 with zeros and masks, runs bert -> duration -> (host: durations, alignment) -> text_encoder ->
-f0n -> decoder, and trims the audio to 600 samples per valid frame. Libraries and weights come
-from a model folder (runtime/model_folder.py), each file checked against its sha256 when first
-used. They run on the device the folder's manifest names (the CPU, or the first CUDA GPU, where
-each component's weights are uploaded and prepared once).
+f0n (``prosody``) -> decoder (``decode``, also on the first frames alone: a stream's lead),
+and trims the audio to 600 samples per valid frame. Libraries and weights come from a model
+folder (runtime/model_folder.py), each file checked against its sha256 when first used. They run
+on the device the folder's manifest names (the CPU, or the first CUDA GPU, where each
+component's weights are uploaded and prepared once).
 """
 from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -124,6 +125,18 @@ def _padded(values: np.ndarray, size: int, axis: int = -1) -> np.ndarray:
 Noise = Callable[[int, int], tuple[np.ndarray, np.ndarray]]
 
 
+@dataclass
+class Prosody:
+    """One chunk after f0n: what the decoder needs for any prefix of its frames."""
+
+    durations: np.ndarray  # frames per token, pads included
+    asr: np.ndarray  # [1, 512, frames], the text encoder's features, aligned
+    f0: np.ndarray  # [1, 2 * frames]
+    n: np.ndarray  # [1, 2 * frames]
+    style: np.ndarray  # [1, 128], the decoder's half of the style
+    noise: Future  # SineGen's draws for all the frames (Noise)
+
+
 # Gaussian noise is drawn in chunks of this many samples, each from its own stream spawned from
 # the seed, by up to NOISE_THREADS threads (numpy fills arrays without the GIL): a 45 s sentence
 # needs 11 million draws, 170 ms in one thread on the GPU machine. The chunking, not the thread
@@ -134,7 +147,8 @@ NOISE_THREADS = min(8, os.cpu_count() or 1)
 
 def numpy_noise(seed: int, frames: int) -> tuple[np.ndarray, np.ndarray]:
     """SineGen's random draws for ``frames`` frames: initial phases U[0,1) [1, harmonics] and
-    Gaussian noise [1, samples, harmonics]."""
+    Gaussian noise [1, samples, harmonics]. Those for fewer frames are a prefix of these, so a
+    chunk's start decoded alone (TvmEngine.decode) hears the same noise as the whole."""
     phases = np.random.default_rng(seed).random((1, HARMONICS), dtype=np.float32)
     samples = SAMPLES_PER_FRAME * frames
     noise = np.empty((1, samples, HARMONICS), np.float32)
@@ -182,19 +196,21 @@ class TvmEngine:
             for function in library.transforms:  # those the folder's manifest names
                 library.prepared(function)
 
-    def _padded_noise(self, seed: int, frames: int, bucket: int) -> tuple[np.ndarray, np.ndarray]:
-        phase_noise, sine_noise = self.noise(seed, frames)
-        return phase_noise, _padded(sine_noise, SAMPLES_PER_FRAME * bucket, axis=1)
-
     def _timed(self, stage: str, started: float) -> None:
         self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - started
 
     def synthesize(self, ids: list[int], ref_s: np.ndarray, speed: float, seed: int) -> np.ndarray:
-        return self.synthesize_with_durations(ids, ref_s, speed, seed)[0]
+        return self.decode(self.prosody(ids, ref_s, speed, seed))
 
     def synthesize_with_durations(self, ids: list[int], ref_s: np.ndarray, speed: float,
                                   seed: int) -> tuple[np.ndarray, np.ndarray]:
         """Audio and the integer frame count of every token (pads included), as TorchEngine."""
+        prosody = self.prosody(ids, ref_s, speed, seed)
+        return self.decode(prosody), prosody.durations
+
+    def prosody(self, ids: list[int], ref_s: np.ndarray, speed: float, seed: int) -> Prosody:
+        """bert -> duration -> alignment -> text_encoder -> f0n on the whole chunk, with SineGen's
+        noise drawn meanwhile; refuses a chunk that no decoder bucket fits before any work."""
         c = self.components
         ref_s = np.asarray(ref_s, dtype=np.float32).reshape(1, -1)
         style_decoder, style_prosody = ref_s[:, :128], ref_s[:, 128:]
@@ -227,27 +243,37 @@ class TvmEngine:
         # SineGen's noise is drawn on the host while f0n runs (on a GPU, at the same time).
         started = time.perf_counter()
         bucket = c["f0n"].fit(total)
-        decoder_bucket = c["decoder"].fit(total)
-        noise = self._background.submit(self._padded_noise, seed, total, decoder_bucket)
+        c["decoder"].fit(total)
+        noise = self._background.submit(self.noise, seed, total)
         (f0, noise_n) = c["f0n"].run(bucket, "main", {
             "en": _padded(en, bucket), "s": style_prosody,
             "frame_mask": np.arange(bucket)[None, :] >= total})  # True on padding
         self._timed("f0n", started)
+        return Prosody(frames, asr, f0[:, :2 * total], noise_n[:, :2 * total], style_decoder,
+                       noise)
 
+    def decode(self, prosody: Prosody, frames: int | None = None) -> np.ndarray:
+        """The decoder on the first ``frames`` frames of ``prosody`` alone (all by default)."""
+        total = prosody.asr.shape[-1]
+        frames = total if frames is None else min(frames, total)
         started = time.perf_counter()
-        bucket = decoder_bucket
-        phase_noise, sine_noise = noise.result()
+        phase_noise, sine_noise = prosody.noise.result()
         self._timed("noise", started)  # what f0n did not hide
 
         started = time.perf_counter()
-        f0 = _padded(f0[:, :2 * total], 2 * bucket)
-        noise_n = _padded(noise_n[:, :2 * total], 2 * bucket)
-        common = {"f0": f0, "frame_mask": np.arange(bucket)[None, :] >= total}  # True on padding
+        bucket = self.components["decoder"].fit(frames)
+        library = self.components["decoder"].library(bucket)
+        common = {"f0": _padded(prosody.f0[:, :2 * frames], 2 * bucket),
+                  "frame_mask": np.arange(bucket)[None, :] >= frames}  # True on padding
+        # A prefix of the chunk's noise is the noise of that many frames (numpy_noise).
+        sine_noise = _padded(sine_noise[:, :SAMPLES_PER_FRAME * frames],
+                             SAMPLES_PER_FRAME * bucket, axis=1)
         # The harmonic source stays on the device for the body (on a GPU, 108 MB at 2048
         # frames would otherwise go to the host and back).
-        (har,) = c["decoder"].library(bucket).on_device("source", {
+        (har,) = library.on_device("source", {
             **common, "phase_noise": phase_noise, "sine_noise": sine_noise})
-        (audio,) = c["decoder"].run(bucket, "body", {
-            **common, "asr": _padded(asr, bucket), "n": noise_n, "s": style_decoder, "har": har})
+        (audio,) = library("body", {
+            **common, "asr": _padded(prosody.asr[:, :, :frames], bucket),
+            "n": _padded(prosody.n[:, :2 * frames], 2 * bucket), "s": prosody.style, "har": har})
         self._timed("decoder", started)
-        return audio[0, :SAMPLES_PER_FRAME * total].astype(np.float32), frames
+        return audio[0, :SAMPLES_PER_FRAME * frames].astype(np.float32)

@@ -138,14 +138,16 @@ def split_text(text: str, size: Callable[[str], int], limit: int = MAX_TOKENS,
     return [piece for part in parts for piece in split_text(part, size, limit, level + 1)]
 
 
-# When streaming, a first sentence longer than this many tokens is spoken in two chunks: its
-# first clauses, then the rest (first_clauses). 48 tokens are about 130 frames, the 144-frame
-# bucket. Cut at clause marks only: on 408 words, cuts at words cost 2.4-3.7 points of word
-# error against whole sentences, cuts at clauses none (docs/decisions.md, First audio).
-LEAD_TOKENS = 48
+# When streaming, a first sentence longer than this many tokens is spoken in two pieces: its
+# first clauses, then the rest (first_clauses). The first piece starts with a short lead
+# (speech.LEAD_FRAMES) and must finish decoding while the lead plays, about 1.2 s: 96 tokens
+# are about 250 frames, 0.85 s of float32 decoding on 2 cores. Cut at clause marks only: on
+# 408 words, cuts at words cost 2.4-3.7 points of word error against whole sentences, cuts at
+# clauses none (docs/decisions.md, First audio when streaming).
+FIRST_PIECE_TOKENS = 96
 
 
-def first_clauses(text: str, size: Callable[[str], int], limit: int = LEAD_TOKENS
+def first_clauses(text: str, size: Callable[[str], int], limit: int = FIRST_PIECE_TOKENS
                   ) -> list[str]:
     """``text`` as [its first clauses, the rest] if it is over ``limit`` by ``size``: the most
     whole clauses within the limit, else the first clause alone; ``[text]`` if it is within the
@@ -168,11 +170,11 @@ def sentences(text: str) -> list[str]:
 
 def pieces(text: str, phonemize: Callable[[str], str], vocab: dict[str, int], *,
            per_sentence: bool = False, limit: int = MAX_TOKENS,
-           lead: int | None = LEAD_TOKENS) -> Iterator[tuple[Piece, int]]:
+           first_piece: int | None = FIRST_PIECE_TOKENS) -> Iterator[tuple[Piece, int]]:
     """The text as pieces of at most ``limit`` tokens, each with how many of its ``sentences``
     are spoken once the piece is: whole sentences joined up to the limit (Kokoro's prosody
     spans them), or one piece per sentence with ``per_sentence`` (earlier first audio when
-    streaming), the first sentence's first clauses alone if it is over ``lead`` tokens
+    streaming), the first sentence's first clauses alone if it is over ``first_piece`` tokens
     (first_clauses). Sentences over the limit are cut at clauses, then words.
 
     Lazy: a sentence is phonemized when the pieces reach it, so the first piece of a long
@@ -182,18 +184,18 @@ def pieces(text: str, phonemize: Callable[[str], str], vocab: dict[str, int], *,
     def size(stretch: str) -> int:
         return len(token_ids(phonemes_of(stretch), vocab))
 
-    leading = per_sentence and lead is not None  # until the first piece
+    cutting = per_sentence and first_piece is not None  # until the first piece
     held: Piece | None = None  # whole sentences, which the next sentence may join
     for done, sentence in enumerate(sentences(text), 1):
         stretches = split_text(sentence, size, limit, level=1)
-        if leading and stretches:
-            stretches = [*first_clauses(stretches[0], size, lead), *stretches[1:]]
+        if cutting and stretches:
+            stretches = [*first_clauses(stretches[0], size, first_piece), *stretches[1:]]
         for i, stretch in enumerate(stretches):
             tokens = size(stretch)
             if tokens == 0:
                 continue  # nothing Kokoro can say (punctuation alone)
             piece = Piece(stretch, phonemes_of(stretch))
-            leading = False
+            cutting = False
             whole = len(stretches) == 1 and not per_sentence
             if (whole and held is not None
                     and len(token_ids(held.phonemes, vocab)) + 1 + tokens <= limit):
