@@ -150,3 +150,4 @@ def test_bench_e2e_measures_the_tvm_engine_in_the_runtime_only_install(runtime_v
     (tvm,) = json.loads(out.read_text())["engines"]
     assert tvm["python"] == str(runtime_venv / "bin/python") and tvm["torch_loaded"] is False
     assert 0 < tvm["peak_rss_mb"] <= MAX_PEAK_RSS_MB and tvm["rtf"] > 0
+    assert tvm["first_audio_lead"] is True and tvm["first_audio_seconds"] > 0

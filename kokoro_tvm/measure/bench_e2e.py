@@ -106,7 +106,7 @@ def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
 
         speak_only()
     from kokoro_tvm.facts import SAMPLE_RATE
-    from kokoro_tvm.runtime.speech import speak, speak_chunks
+    from kokoro_tvm.runtime.speech import LeadingEngine, speak, speak_chunks
 
     started = time.perf_counter()
     engine, speaker = _make_engine(name, root, target, threads)
@@ -127,6 +127,7 @@ def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
         replies.put({"synthesis_seconds": synth, "audio_seconds": audio,
                      "first_audio_seconds": time.perf_counter() - started})
     replies.put({"load_seconds": load_seconds, "python": sys.executable,
+                 "first_audio_lead": isinstance(engine, LeadingEngine),  # else whole sentences
                  "torch_loaded": "torch" in sys.modules,
                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
 

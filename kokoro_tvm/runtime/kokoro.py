@@ -95,8 +95,9 @@ class Kokoro:
     def stream(self, text: str, voice: str = "af_heart", speed: float = 1.0,
                lang: str | None = None, *, seed: int = 0, per_sentence: bool = True,
                progress=None) -> Iterator[Chunk]:
-        """Chunks as each is synthesized (one per sentence by default), each with its text and
-        start time in the whole audio. ``lang`` defaults to the voice's language (its first
+        """Chunks as each is synthesized (one per sentence by default, the first sentence's
+        first words first: speech.LEAD_FRAMES), each with its text and start time in the whole
+        audio. ``lang`` defaults to the voice's language (its first
         letter, as in Kokoro: a -> en-us, b -> en-gb, j -> ja)."""
         speed, lang = self.check_request(text, voice, speed, lang)
         yield from speak_chunks(self.engine, text, voice, speaker=self.folder, lang=lang,
