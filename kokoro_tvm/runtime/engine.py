@@ -243,7 +243,7 @@ class TvmEngine:
         # SineGen's noise is drawn on the host while f0n runs (on a GPU, at the same time).
         started = time.perf_counter()
         bucket = c["f0n"].fit(total)
-        c["decoder"].fit(total)
+        c["decoder"].fit(total)  # a chunk too long for the decoder is refused here, not later
         noise = self._background.submit(self.noise, seed, total)
         (f0, noise_n) = c["f0n"].run(bucket, "main", {
             "en": _padded(en, bucket), "s": style_prosody,

@@ -97,8 +97,8 @@ class Kokoro:
                progress=None) -> Iterator[Chunk]:
         """Chunks as each is synthesized (one per sentence by default, the first sentence's
         first words first: speech.LEAD_FRAMES), each with its text and start time in the whole
-        audio. ``lang`` defaults to the voice's language (its first
-        letter, as in Kokoro: a -> en-us, b -> en-gb, j -> ja)."""
+        audio. ``lang`` defaults to the voice's language (its first letter, as in Kokoro:
+        a -> en-us, b -> en-gb, j -> ja)."""
         speed, lang = self.check_request(text, voice, speed, lang)
         yield from speak_chunks(self.engine, text, voice, speaker=self.folder, lang=lang,
                                 speed=speed, seed=seed, per_sentence=per_sentence,
