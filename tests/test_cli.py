@@ -6,6 +6,7 @@ after loading would report the corruption instead of the bad input.
 """
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ import soundfile
 from conftest import BIN, model_folder
 
 from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.runtime import g2p
 from kokoro_tvm.runtime.audio_file import (
     FORMATS,
     OutputError,
@@ -156,6 +158,25 @@ def test_language_defaults_to_the_voices(built, tmp_path):
     assert tts.check_request("Hello.", "bf_emma", 1.0, "en-us") == (1.0, "en-us")
     with pytest.raises(RequestError, match="unknown language 'fr'"):
         tts.check_request("Hello.", "bf_emma", 1.0, "fr")
+
+
+def test_api_loads_the_g2p_of_given_languages_at_construction(built, monkeypatch):
+    """A server's first request finds its G2P loaded; an unknown language fails at once."""
+    loaded = []
+    build = g2p.phonemizer.__wrapped__
+
+    def counted(lang: str):
+        loaded.append(lang)
+        return build(lang)
+
+    monkeypatch.setattr(g2p, "phonemizer", functools.cache(counted))
+    with pytest.raises(RequestError, match="unknown language 'fr' in languages; choose from"):
+        Kokoro(model_folder(built), engine=ToneEngine(), languages=("en-us", "fr"))
+    assert loaded == []
+    tts = Kokoro(model_folder(built), engine=ToneEngine(), languages=("en-us",))
+    assert loaded == ["en-us"]
+    assert len(list(tts.stream("Hello there. Goodbye.", voice="af_heart"))) == 2
+    assert loaded == ["en-us"]  # the request used the G2P loaded at construction
 
 
 class ToneEngine:

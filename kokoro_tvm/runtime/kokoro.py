@@ -67,17 +67,26 @@ class Kokoro:
 
     ``engine`` replaces the compiled libraries by another engine on the same voices (the
     PyTorch reference: model/reference.py); ``lstm`` picks an LSTM lowering where the folder
-    has several; ``kernels`` are folders of precompiled CUDA kernels (runtime/cuda.py)."""
+    has several; ``kernels`` are folders of precompiled CUDA kernels (runtime/cuda.py).
+    ``languages`` are G2Ps to load now rather than at the first request in each (English takes
+    about 2 s to load, then milliseconds per sentence): a server's, so that its first request
+    starts as soon as the others."""
 
     def __init__(self, model: str | Path | ModelFolder = DEFAULT_MODEL, *,
                  engine: Engine | None = None, lstm: str | None = None,
-                 kernels: Sequence[Path] = ()):
+                 kernels: Sequence[Path] = (), languages: Sequence[str] = ()):
+        unknown = [lang for lang in languages if lang not in g2p.LANGUAGES]
+        if unknown:
+            raise RequestError(f"unknown language {', '.join(map(repr, unknown))} in languages; "
+                               f"choose from {', '.join(g2p.LANGUAGES)}")
         self.folder = model if isinstance(model, ModelFolder) else ModelFolder(model)
         if engine is None:
             from kokoro_tvm.runtime.engine import TvmEngine
 
             engine = TvmEngine(self.folder, lstm=lstm, kernels=kernels)
         self.engine = engine
+        for lang in languages:
+            g2p.phonemizer(lang)  # built once per process, then cached
 
     @property
     def voices(self) -> list[str]:
