@@ -120,6 +120,7 @@ def test_a_chunks_start_decodes_alone_as_pytorchs_decoder_does(built):
     np.testing.assert_array_equal(prosody.durations, reference.durations)
 
     frames = 10  # of 16, in the 16-frame bucket
+    assert (tvm.decode_frames(frames), torch_engine.decode_frames(frames)) == (16, frames)
     # KModel draws the window's noise after the seed, as kokoro_noise does for that many frames.
     window_noise = TvmEngine(model_folder(built), noise=lambda seed, _: kokoro_noise(seed, frames))
     window = window_noise.decode(window_noise.prosody(IDS, voice, SPEED, 3), frames)

@@ -43,9 +43,13 @@ class LeadingEngine(LimitedEngine):
 
     FRAMES_PER_TOKEN = 4
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, buckets: tuple[int, ...] = ()):
         super().__init__(limit)
+        self.buckets = buckets  # decoder buckets; none: decodes at exactly the frames given
         self.decoded = []  # frames asked of each decode, None for the whole
+
+    def decode_frames(self, frames):
+        return min((b for b in self.buckets if b >= frames), default=frames)
 
     def prosody(self, ids, ref_s, speed, seed):
         if len(ids) > self.limit:
@@ -110,6 +114,18 @@ def test_a_stream_starts_with_a_lead_then_the_rest_of_the_whole(tiny_assets):
     spoken = token_ids(f"{lead.phonemes} {rest.phonemes}", speaker.vocab)
     assert len(spoken) == engine.calls[0]  # the piece's phonemes, split at a space
     assert (lead.start_seconds, rest.start_seconds) == (0, cut / 24_000)
+
+
+def test_no_lead_where_the_window_would_be_padded_past_the_leads_bucket(tiny_assets):
+    """A folder without a small decoder bucket: the window would cost about what the whole does,
+    so the first sentence is decoded whole, as the others."""
+    speaker = AssetFolder.of_build(tiny_assets)
+    engine = LeadingEngine(10_000, buckets=(128, 256))
+    chunks = list(speak_chunks(engine, TEXT, "af_heart", speaker=speaker, per_sentence=True))
+    assert len(chunks) == 3 and set(engine.decoded) == {None}
+    leading = LeadingEngine(10_000, buckets=(64, 128, 256))
+    assert len(list(speak_chunks(leading, TEXT, "af_heart", speaker=speaker,
+                                 per_sentence=True))) == 4
 
 
 def test_no_lead_unless_streaming(tiny_assets):

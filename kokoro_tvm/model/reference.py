@@ -71,6 +71,11 @@ class TorchEngine:
             self.kmodel.decoder = decoder
         return Prosody(durations, capture.inputs, seed)
 
+    @staticmethod
+    def decode_frames(frames: int) -> int:
+        """KModel runs at exactly the frames it is given."""
+        return frames
+
     def decode(self, prosody: Prosody, frames: int | None = None) -> np.ndarray:
         """KModel's decoder on the first ``frames`` frames alone (all by default: then exactly
         ``synthesize``'s audio, the noise drawn after the same seed)."""

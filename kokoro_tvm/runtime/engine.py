@@ -252,6 +252,10 @@ class TvmEngine:
         return Prosody(frames, asr, f0[:, :2 * total], noise_n[:, :2 * total], style_decoder,
                        noise)
 
+    def decode_frames(self, frames: int) -> int:
+        """The decoder bucket that ``frames`` frames are padded to."""
+        return self.components["decoder"].fit(frames)
+
     def decode(self, prosody: Prosody, frames: int | None = None) -> np.ndarray:
         """The decoder on the first ``frames`` frames of ``prosody`` alone (all by default)."""
         total = prosody.asr.shape[-1]

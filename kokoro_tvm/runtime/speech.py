@@ -43,6 +43,10 @@ class LeadingEngine(Engine, Protocol):
         """The audio of the first ``frames`` frames decoded alone (all of them by default, which
         is what ``synthesize`` gives)."""
 
+    def decode_frames(self, frames: int) -> int:
+        """The frames a decode of ``frames`` frames computes (more where the engine pads them
+        to a bucket)."""
+
 
 class Speaker(VoiceFolder, Protocol):
     """A folder with voices and the phoneme vocabulary (runtime/model_folder.py)."""
@@ -76,7 +80,8 @@ FADE_SECONDS = 0.005  # raised-cosine ramps at chunk edges: joins without clicks
 # whole piece first, so the lead has the sentence's durations and pitch. The decoder normalises
 # over the frames it is given, so the lead ends at a word gap LEAD_CONTEXT_FRAMES before the
 # window does, and the whole piece's audio takes over from there through a crossfade of one
-# frame (docs/decisions.md, First audio when streaming).
+# frame (docs/decisions.md, First audio when streaming). An engine whose decoder would pad the
+# window past LEAD_FRAMES (a folder built without a small bucket) gains nothing by it: no lead.
 LEAD_FRAMES = 64
 LEAD_CONTEXT_FRAMES = 16
 CROSSFADE_SAMPLES = SAMPLES_PER_FRAME
@@ -126,7 +131,7 @@ def _led(engine: LeadingEngine, piece: g2p.Piece, ids: list[int], prosody: Proso
          ) -> Iterator[tuple[g2p.Piece, np.ndarray]]:
     """A piece as its lead (see LEAD_FRAMES), then the rest of its whole decode."""
     cut = lead_cut(prosody.durations, ids, space)
-    if cut is None:
+    if cut is None or engine.decode_frames(cut[0] + LEAD_CONTEXT_FRAMES) > LEAD_FRAMES:
         yield piece, _faded(engine.decode(prosody))
         return
     frame, words = cut
