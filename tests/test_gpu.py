@@ -4,10 +4,12 @@ run on this machine's CPU with an llvm bundle of the tiny build (only the CUDA d
 the GPU machine)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -221,10 +223,54 @@ def test_runtime_refuses_unvalidated_cuda_libraries(other_built):
         TvmEngine(model_folder(other_built, "cuda"))
 
 
+# What the GPU machine's Python has that the GPU check uses, besides the standard library: its
+# image holds PyTorch, numpy, transformers, huggingface_hub and attrs (which KModel's modules
+# import), and neither kokoro, TVM, loguru nor any G2P; the bundle brings those it needs.
+GPU_MACHINE = {"torch", "numpy", "transformers", "huggingface_hub", "attrs"}
+
+
+def _with_requirements(distributions: set[str]) -> set[str]:
+    """``distributions`` and everything they require (their extras aside), by name."""
+    found, todo = set(), list(distributions)
+    while todo:
+        name = re.split(r"[ ;<>=!~\[(]", todo.pop(), maxsplit=1)[0].lower().replace("-", "_")
+        if name not in found:
+            found.add(name)
+            with contextlib.suppress(metadata.PackageNotFoundError):
+                todo += [r for r in metadata.requires(name) or [] if "extra ==" not in r]
+    return found
+
+
+def gpu_machine_python(site: Path) -> list[str]:
+    """A command that runs this venv's Python as the GPU machine's: its site-packages hold only
+    GPU_MACHINE's distributions and what they require, linked into ``site``."""
+    site.mkdir()
+    for name in _with_requirements(GPU_MACHINE):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            dist = metadata.distribution(name)
+            for top in {Path(f).parts[0] for f in dist.files or ()} - {"..", "bin"}:
+                source = Path(dist.locate_file(top))
+                if source.exists() and not (site / top).exists():
+                    (site / top).symlink_to(source)
+    return ["env", f"PYTHONPATH={site}", sys.executable, "-S"]  # -S: not this venv's site
+
+
+def test_the_gpu_machines_python_has_only_what_that_machine_has(tmp_path):
+    python = gpu_machine_python(tmp_path / "site")
+    for module, present in (("torch", True), ("numpy", True), ("transformers", True),
+                            ("tvm", False), ("tvm_ffi", False), ("kokoro", False),
+                            ("kokoro_tvm", False), ("misaki", False), ("loguru", False),
+                            ("spacy", False)):
+        done = subprocess.run([*python, "-c", f"import {module}"], capture_output=True,
+                              text=True, cwd="/")
+        assert (done.returncode == 0) == present, (module, done.stderr[-300:])
+
+
 def test_gpu_check_runs_end_to_end_on_the_cpu(built, tmp_path):
     """The GPU check's own code (bundle, validation through validate_component, timings, the
     runtime's engine end to end, op probes) on an llvm bundle of the tiny build, with the
-    bundle's runtime-only TVM: what the GPU machine runs, but for the device."""
+    bundle's runtime-only TVM: what the GPU machine runs, but for the device, and with only
+    what that machine has besides the bundle and this repository (gpu_machine_python)."""
     bundle = tmp_path / "bundle"
     subprocess.run([sys.executable, str(REPO / "tools/gpu_check/prepare.py"), "--root",
                     str(built), "--target", "llvm", "--out", str(bundle), "--other-pythons", ""],
@@ -234,7 +280,8 @@ def test_gpu_check_runs_end_to_end_on_the_cpu(built, tmp_path):
                                                            "f0n", "decoder"}
     assert not list((bundle / "python" / "kokoro").glob("pipeline.py"))
     result = tmp_path / "result.json"
-    done = subprocess.run([sys.executable, str(REPO / "tools/gpu_check/check.py"), "--bundle",
+    done = subprocess.run([*gpu_machine_python(tmp_path / "site"),
+                           str(REPO / "tools/gpu_check/check.py"), "--bundle",
                            str(bundle), "--out", str(result), "--repeat", "2"],
                           capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -68,7 +68,8 @@ def chosen_libraries(root: Path, target: str) -> list[dict]:
     entries = json.loads((root / paths.MANIFEST.format(target=target)).read_text())["libraries"]
     chosen = []
     for component in COMPONENTS:
-        mine = sorted((e for e in entries if e["component"] == component), key=lambda e: e["bucket"])
+        mine = sorted((e for e in entries if e["component"] == component),
+                      key=lambda e: e["bucket"])
         if not mine:
             raise SystemExit(f"{root}: no {target} library of {component}; build "
                              "tools/gpu_check/config.yaml first (README: GPU check)")
@@ -149,7 +150,8 @@ def build_tiles(target_string: str, out: Path) -> list[dict]:
 
 def copy_python_modules(out: Path) -> None:
     """KModel's modules of the installed kokoro (its __init__ imports the G2P pipeline, which
-    needs misaki) and loguru, which kokoro.model imports."""
+    needs misaki) and loguru, which kokoro.model imports; the GPU machine's image has the rest
+    they import (transformers, huggingface_hub, attrs: tests/test_gpu.py, GPU_MACHINE)."""
     import kokoro
     import loguru
 
