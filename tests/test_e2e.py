@@ -1,7 +1,7 @@
 """Speech from real-weight compiled libraries, end to end, against the PyTorch reference.
 
 Built once per session from tests/data/real_small.yaml (the real Kokoro-82M weights, one token
-bucket, two frame buckets, the tir_vec LSTMs): the TVM runtime must be heard as well as PyTorch
+bucket, two frame buckets and the lead's, the tir_vec LSTMs): the TVM runtime must be heard as well as PyTorch
 by an offline recogniser, and must give PyTorch's exact-length result whichever bucket pads it.
 """
 from __future__ import annotations

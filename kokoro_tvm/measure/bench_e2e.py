@@ -106,14 +106,17 @@ def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
 
         speak_only()
     from kokoro_tvm.facts import SAMPLE_RATE
-    from kokoro_tvm.runtime.speech import LeadingEngine, speak, speak_chunks
+    from kokoro_tvm.runtime.g2p import sentences
+    from kokoro_tvm.runtime.speech import speak, speak_chunks
 
     started = time.perf_counter()
     engine, speaker = _make_engine(name, root, target, threads)
     load_seconds = time.perf_counter() - started
     for sentence in SENTENCES:  # warm-up: first calls load libraries, prepare weights, allocate
         speak(engine, sentence, voice, speaker=speaker)
-    next(iter(speak_chunks(engine, PARAGRAPH, voice, speaker=speaker, per_sentence=True)))
+    first = next(iter(speak_chunks(engine, PARAGRAPH, voice, speaker=speaker, per_sentence=True)))
+    # Whether first audio is a lead (the first sentence's first words) or a whole sentence.
+    led = len(first.text.split()) < len(sentences(PARAGRAPH)[0].split())
     replies.put("ready")
     while requests.get() == "round":
         synth, audio = 0.0, 0.0
@@ -127,7 +130,7 @@ def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
         replies.put({"synthesis_seconds": synth, "audio_seconds": audio,
                      "first_audio_seconds": time.perf_counter() - started})
     replies.put({"load_seconds": load_seconds, "python": sys.executable,
-                 "first_audio_lead": isinstance(engine, LeadingEngine),  # else whole sentences
+                 "first_audio_lead": led,
                  "torch_loaded": "torch" in sys.modules,
                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
 
