@@ -110,9 +110,19 @@ def built(workflow, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def other_built(built, workflow) -> Path:
+def aarch64_env() -> Path:
+    """tools/cross/aarch64_env.sh's folder: the aarch64 target's cross linker, and Debian's
+    arm64 Python under qemu-user with a runtime-only TVM (installed with apt if missing)."""
+    done = subprocess.run([str(REPO / "tools/cross/aarch64_env.sh")], capture_output=True,
+                          text=True, check=True)
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def other_built(built, workflow, aarch64_env) -> Path:
     """The tiny config's cuda and aarch64 libraries beside its llvm ones (built with the same
-    workflow copy, so that the llvm build stays up to date for the staleness tests)."""
+    workflow copy, so that the llvm build stays up to date for the staleness tests); the
+    aarch64 ones need the cross linker, whichever test asks first."""
     run_snakemake(built, "all", "--config", f"targets={json.dumps(OTHER_TARGETS)}",
                   snakefile=workflow / "Snakefile")
     return built

@@ -108,11 +108,9 @@ def test_model_folder_of_another_architecture_is_refused(other_built):
 
 
 @pytest.fixture(scope="module")
-def aarch64_python():
-    """Debian's arm64 Python under qemu-user with a runtime-only TVM (installed if missing)."""
-    done = subprocess.run([str(REPO / "tools/cross/aarch64_env.sh")], capture_output=True,
-                          text=True, check=True)
-    return done.stdout.strip().splitlines()[-1] + "/python"
+def aarch64_python(aarch64_env):
+    """Debian's arm64 Python under qemu-user with a runtime-only TVM."""
+    return str(aarch64_env / "python")
 
 
 @pytest.mark.parametrize("name", COMPONENT_NAMES)
