@@ -16,6 +16,8 @@ import pytest
 import torch
 import tvm
 from conftest import REPO, model_folder
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from tvm.relax.frontend.torch import from_exported_program
 
 from kokoro_tvm.compile import gpu
@@ -233,11 +235,12 @@ def _with_requirements(distributions: set[str]) -> set[str]:
     """``distributions`` and everything they require (their extras aside), by name."""
     found, todo = set(), list(distributions)
     while todo:
-        name = re.split(r"[ ;<>=!~\[(]", todo.pop(), maxsplit=1)[0].lower().replace("-", "_")
+        name = canonicalize_name(todo.pop())
         if name not in found:
             found.add(name)
             with contextlib.suppress(metadata.PackageNotFoundError):
-                todo += [r for r in metadata.requires(name) or [] if "extra ==" not in r]
+                todo += [r.name for r in map(Requirement, metadata.requires(name) or [])
+                         if r.marker is None or r.marker.evaluate({"extra": ""})]
     return found
 
 
