@@ -1,12 +1,14 @@
 """Speech from real-weight compiled libraries, end to end, against the PyTorch reference.
 
 Built once per session from tests/data/real_small.yaml (the real Kokoro-82M weights, one token
-bucket, two frame buckets and the lead's, the tir_vec LSTMs): the TVM runtime must be heard as well as PyTorch
-by an offline recogniser, and must give PyTorch's exact-length result whichever bucket pads it.
+bucket, two frame buckets and the lead's, the tir_vec LSTMs): the TVM runtime must be heard as
+well as PyTorch by an offline recogniser, and must give PyTorch's exact-length result whichever
+bucket pads it.
 """
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import numpy as np
@@ -16,7 +18,7 @@ from conftest import BIN, model_folder
 from transcribe import transcribe, word_error_rate
 
 from kokoro_tvm import paths
-from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.facts import SAMPLE_RATE, SAMPLES_PER_FRAME
 from kokoro_tvm.measure.metrics import INT8_SNR_DB_CAP, snr_db
 from kokoro_tvm.model.reference import TorchEngine, kokoro_noise
 from kokoro_tvm.runtime.engine import TvmEngine
@@ -142,6 +144,10 @@ def test_console_script_speaks_a_text_file_longer_than_any_bucket(real_built, tm
     chunks = [line for line in done.stderr.splitlines() if line.strip().startswith("chunk ")]
     assert rate == SAMPLE_RATE and len(audio) / rate > 512 * 600 / SAMPLE_RATE  # > one bucket
     assert len(chunks) >= 2
+    # --verbose counts the decoder's frames: the audio's, and the buckets they were padded to.
+    (frames,) = re.findall(r"decoder frames: (\d+), padded to (\d+)", done.stderr)
+    asked, computed = map(int, frames)
+    assert asked * SAMPLES_PER_FRAME == len(audio) and asked <= computed
     heard = transcribe(audio)
     assert word_error_rate(" ".join(SENTENCES * 2), heard) <= 0.3, heard
 

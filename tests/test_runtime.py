@@ -11,19 +11,15 @@ from conftest import model_folder
 from kokoro_tvm import paths
 from kokoro_tvm.facts import SAMPLES_PER_FRAME
 from kokoro_tvm.measure import bench_folders
-from kokoro_tvm.measure.bench_folders import FrameCounter
 from kokoro_tvm.measure.metrics import snr_db
 from kokoro_tvm.model.reference import TorchEngine, kokoro_noise
-from kokoro_tvm.runtime import g2p
 from kokoro_tvm.runtime.engine import TvmEngine
 from kokoro_tvm.runtime.library import Library, Weights
 from kokoro_tvm.runtime.model_folder import ModelFolder, ModelFolderError
-from kokoro_tvm.runtime.speech import speak
 
 IDS = [50, 83, 54, 156, 57, 43, 44, 45, 46, 47, 48, 50, 51, 52]  # 16 tokens with the pads
 # Random tiny weights predict ~25 frames a token; this speed brings 16 tokens into 16 frames.
 SPEED = 40.0
-TEXT = "Hi. Go on."  # two sentences of a few tokens: each fits the 16-frame bucket at SPEED
 
 
 @pytest.mark.parametrize("ids", [IDS, IDS[:9]], ids=["exact fit", "padded"])
@@ -137,24 +133,32 @@ def test_a_chunks_start_decodes_alone_as_pytorchs_decoder_does(built):
     assert snr_db(tvm.decode(prosody, frames), tvm.decode(prosody)[:600 * frames]) < 60
 
 
-def test_bench_folders_counts_the_audio_and_the_padded_frames(built, tmp_path):
-    """bench_folders' frame counts: the chunks' audio frames are the audio's length, and the
-    decoded ones each chunk's bucket (the tiny build has one, 16 frames)."""
-    folder = model_folder(built)
-    counter = FrameCounter(TvmEngine(folder))
-    audio = speak(counter, TEXT, "af_heart", speaker=counter.engine.folder, speed=SPEED,
-                  per_sentence=True)
-    chunks = len(g2p.sentences(TEXT))
-    assert counter.audio_frames * SAMPLES_PER_FRAME == len(audio)
-    assert counter.decoded_frames == 16 * chunks > counter.audio_frames
+@pytest.mark.parametrize("ids", [IDS, IDS[:9]], ids=["exact fit", "padded"])
+def test_engine_counts_the_decoders_frames_and_their_padding(built, ids):
+    """decoder_frames: the frames of the audio, and those of the bucket they were padded to
+    (the tiny build has one, 16 frames)."""
+    voice = np.load(built / "results/assets/voices/af_heart.npy")[len(ids) - 1]
+    engine = TvmEngine(model_folder(built))
+    audio = engine.synthesize(ids, voice, SPEED, seed=0)
+    assert engine.decoder_frames == {"asked": len(audio) // SAMPLES_PER_FRAME, "computed": 16}
+    engine.synthesize(ids, voice, SPEED, seed=0)
+    assert engine.decoder_frames == {"asked": 2 * len(audio) // SAMPLES_PER_FRAME,
+                                     "computed": 32}
 
+
+def test_bench_folders_compares_a_folder_with_its_baseline(built, tmp_path):
+    """bench_folders on one folder against itself: the same frames on both sides, and the
+    padding share they imply."""
+    folder = model_folder(built)
     text = tmp_path / "text.txt"
-    text.write_text(TEXT)
+    text.write_text("Hi. Go on.")
     figures = bench_folders.main([str(folder), str(folder), "--text", str(text), "--speed",
-                                  str(SPEED), "--rounds", "1", "--per-sentence"])
-    for side in ("baseline", "folder"):
-        assert (figures[side]["audio_frames"], figures[side]["decoded_frames"]) == (
-            counter.audio_frames, counter.decoded_frames)
-    assert figures["folder"]["decoded_frames_vs_baseline"] == 1
-    assert figures["folder"]["padding_share"] == pytest.approx(
-        1 - counter.audio_frames / counter.decoded_frames)
+                                  str(SPEED), "--rounds", "1"])
+    baseline, same = figures["baseline"], figures["folder"]
+    assert (baseline["frames_asked"], baseline["frames_computed"]) == (
+        same["frames_asked"], same["frames_computed"])
+    assert 0 < same["frames_asked"] <= same["frames_computed"]
+    assert same["frames_computed"] % 16 == 0  # whole buckets
+    assert same["frames_computed_vs_baseline"] == 1
+    assert same["padding_share"] == pytest.approx(
+        1 - same["frames_asked"] / same["frames_computed"])

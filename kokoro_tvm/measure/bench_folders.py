@@ -3,11 +3,11 @@ runtime (other buckets, schedules or precision) against the folder built before 
 
 Each round speaks the text once with each folder, taking turns, after one warm-up pass each
 (libraries loaded, weights prepared, buffers allocated). The text is spoken as `kokoro-tvm say`
-speaks it (sentences joined up to Kokoro's token limit), or one sentence per chunk with
-``per_sentence`` (a stream's chunks, without its lead). Reported per folder: synthesis and
-decoder seconds (medians over the rounds, with every round's value), the frames of audio, the
-frames the decoder computed (each chunk padded to its bucket) and the share of those spent on
-padding; and the medians' ratio to the baseline's.
+speaks it (sentences joined up to Kokoro's token limit), or as it streams it with
+``per_sentence`` (a lead, then a chunk per sentence). Reported per folder: synthesis and
+decoder seconds (medians over the rounds, with every round's value), the frames the decoder was
+asked for and those it computed (each call padded to its bucket: TvmEngine.decoder_frames) and
+the share of those spent on padding; and the ratios to the baseline's.
 
     python -m kokoro_tvm.measure.bench_folders BASELINE FOLDER [--text FILE] [--words N]
 """
@@ -19,44 +19,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from kokoro_tvm.atomic import write_json
 
 DEFAULT_TEXT = Path(__file__).resolve().parents[2] / "examples" / "long_text.txt"
 
 
-class FrameCounter:
-    """An engine (runtime/engine.TvmEngine) whose chunks' frames are counted: those of the audio
-    and those its decoder computes, each chunk padded to its bucket."""
-
-    def __init__(self, engine):
-        self.engine = engine
-        self.audio_frames = 0
-        self.decoded_frames = 0
-
-    def synthesize(self, ids: list[int], ref_s: np.ndarray, speed: float, seed: int
-                   ) -> np.ndarray:
-        prosody = self.engine.prosody(ids, ref_s, speed, seed)
-        frames = prosody.asr.shape[-1]
-        self.audio_frames += frames
-        self.decoded_frames += self.engine.decode_frames(frames)
-        return self.engine.decode(prosody)
-
-
-def _pass(counter: FrameCounter, text: str, voice: str, speed: float, per_sentence: bool
-          ) -> dict[str, Any]:
-    """One timed pass over the text."""
+def _pass(engine, text: str, voice: str, speed: float, per_sentence: bool) -> dict[str, Any]:
+    """One timed pass over the text with a TvmEngine."""
     from kokoro_tvm.runtime.speech import speak
 
-    engine = counter.engine
-    counter.audio_frames = counter.decoded_frames = 0
     engine.timings.clear()
+    engine.decoder_frames.update(asked=0, computed=0)
     started = time.perf_counter()
-    speak(counter, text, voice, speaker=engine.folder, speed=speed, per_sentence=per_sentence)
+    speak(engine, text, voice, speaker=engine.folder, speed=speed, per_sentence=per_sentence)
     return {"synthesis_seconds": time.perf_counter() - started,
-            "decoder_seconds": engine.timings["decoder"],
-            "audio_frames": counter.audio_frames, "decoded_frames": counter.decoded_frames}
+            "decoder_seconds": engine.timings["decoder"], **engine.decoder_frames}
 
 
 def benchmark(baseline: str | Path, folder: str | Path, text: str, voice: str = "af_heart",
@@ -65,25 +42,25 @@ def benchmark(baseline: str | Path, folder: str | Path, text: str, voice: str = 
     """Both folders' figures, measured in interleaved rounds (module docstring)."""
     from kokoro_tvm.runtime.engine import TvmEngine
 
-    counters = {name: FrameCounter(TvmEngine(path))
-                for name, path in (("baseline", baseline), ("folder", folder))}
-    for counter in counters.values():
-        _pass(counter, text, voice, speed, per_sentence)  # warm-up
-    measured: dict[str, list[dict[str, Any]]] = {name: [] for name in counters}
+    engines = {name: TvmEngine(path)
+               for name, path in (("baseline", baseline), ("folder", folder))}
+    for engine in engines.values():
+        _pass(engine, text, voice, speed, per_sentence)  # warm-up
+    measured: dict[str, list[dict[str, Any]]] = {name: [] for name in engines}
     for _ in range(rounds):
-        for name, counter in counters.items():
-            measured[name].append(_pass(counter, text, voice, speed, per_sentence))
+        for name, engine in engines.items():
+            measured[name].append(_pass(engine, text, voice, speed, per_sentence))
     results = {}
     for name, passes in measured.items():
         last = passes[-1]
         results[name] = {
-            "path": str(counters[name].engine.folder.path),
+            "path": str(engines[name].folder.path),
             **{key: statistics.median(p[key] for p in passes)
                for key in ("synthesis_seconds", "decoder_seconds")},
             "synthesis_rounds": [p["synthesis_seconds"] for p in passes],
-            "audio_frames": last["audio_frames"], "decoded_frames": last["decoded_frames"],
-            "padding_share": 1 - last["audio_frames"] / last["decoded_frames"]}
-    for key in ("synthesis_seconds", "decoder_seconds", "decoded_frames"):
+            "frames_asked": last["asked"], "frames_computed": last["computed"],
+            "padding_share": 1 - last["asked"] / last["computed"]}
+    for key in ("synthesis_seconds", "decoder_seconds", "frames_computed"):
         results["folder"][f"{key}_vs_baseline"] = (results["folder"][key]
                                                     / results["baseline"][key])
     return {"text_words": len(text.split()), "voice": voice, "speed": speed, "rounds": rounds,
@@ -101,7 +78,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--speed", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--per-sentence", action="store_true",
-                        help="one sentence per chunk, as a stream (without its lead)")
+                        help="speak it as a stream: a lead, then a chunk per sentence")
     parser.add_argument("--out-json", help="also write the figures here")
     args = parser.parse_args(argv)
     words = Path(args.text).read_text(encoding="utf-8").split()
@@ -111,12 +88,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in ("baseline", "folder"):
         f = figures[name]
         print(f"{name} ({f['path']}): synthesis {f['synthesis_seconds']:.2f} s, decoder "
-              f"{f['decoder_seconds']:.2f} s, {f['audio_frames']} frames of audio, "
-              f"{f['decoded_frames']} decoded ({100 * f['padding_share']:.1f}% padding)")
+              f"{f['decoder_seconds']:.2f} s, decoder frames {f['frames_asked']} padded to "
+              f"{f['frames_computed']} ({100 * f['padding_share']:.1f}% padding)")
     f = figures["folder"]
     print(f"folder / baseline: synthesis {f['synthesis_seconds_vs_baseline']:.3f}, decoder "
-          f"{f['decoder_seconds_vs_baseline']:.3f}, decoded frames "
-          f"{f['decoded_frames_vs_baseline']:.3f}")
+          f"{f['decoder_seconds_vs_baseline']:.3f}, frames computed "
+          f"{f['frames_computed_vs_baseline']:.3f}")
     if args.out_json:
         write_json(args.out_json, figures)
     return figures

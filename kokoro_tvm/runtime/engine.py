@@ -179,6 +179,9 @@ class TvmEngine:
         self.noise = noise
         self._background = ThreadPoolExecutor(1)
         self.timings: dict[str, float] = {}
+        # Frames the decoder was asked for, and those it computed (each call's bucket): what
+        # padding costs (docs/decisions.md, Padding).
+        self.decoder_frames = {"asked": 0, "computed": 0}
         started = time.perf_counter()
         self._prepare()
         self._timed("prepare", started)
@@ -267,6 +270,8 @@ class TvmEngine:
         started = time.perf_counter()
         bucket = self.components["decoder"].fit(frames)
         library = self.components["decoder"].library(bucket)
+        self.decoder_frames["asked"] += frames
+        self.decoder_frames["computed"] += bucket
         common = {"f0": _padded(prosody.f0[:, :2 * frames], 2 * bucket),
                   "frame_mask": np.arange(bucket)[None, :] >= frames}  # True on padding
         # A prefix of the chunk's noise is the noise of that many frames (numpy_noise).
