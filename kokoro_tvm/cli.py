@@ -129,11 +129,11 @@ def say(args: argparse.Namespace) -> int:
               file=sys.stderr)
         for stage, stage_seconds in getattr(tts.engine, "timings", {}).items():
             print(f"  {stage} {stage_seconds:.2f} s", file=sys.stderr)
-        frames = getattr(tts.engine, "decoder_frames", None)
-        if frames:
+        padding = getattr(tts.engine, "decoder_padding", lambda: None)()  # TvmEngine's alone
+        if padding is not None:
+            frames = tts.engine.decoder_frames
             print(f"  decoder frames: {frames['asked']}, padded to {frames['computed']} "
-                  f"({100 * (1 - frames['asked'] / frames['computed']):.1f}% padding)",
-                  file=sys.stderr)
+                  f"({100 * padding:.1f}% padding)", file=sys.stderr)
     return 0
 
 

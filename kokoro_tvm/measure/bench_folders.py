@@ -33,7 +33,8 @@ def _pass(engine, text: str, voice: str, speed: float, per_sentence: bool) -> di
     started = time.perf_counter()
     speak(engine, text, voice, speaker=engine.folder, speed=speed, per_sentence=per_sentence)
     return {"synthesis_seconds": time.perf_counter() - started,
-            "decoder_seconds": engine.timings["decoder"], **engine.decoder_frames}
+            "decoder_seconds": engine.timings["decoder"], **engine.decoder_frames,
+            "padding_share": engine.decoder_padding()}
 
 
 def benchmark(baseline: str | Path, folder: str | Path, text: str, voice: str = "af_heart",
@@ -59,7 +60,7 @@ def benchmark(baseline: str | Path, folder: str | Path, text: str, voice: str = 
                for key in ("synthesis_seconds", "decoder_seconds")},
             "synthesis_rounds": [p["synthesis_seconds"] for p in passes],
             "frames_asked": last["asked"], "frames_computed": last["computed"],
-            "padding_share": 1 - last["asked"] / last["computed"]}
+            "padding_share": last["padding_share"]}
     for key in ("synthesis_seconds", "decoder_seconds", "frames_computed"):
         results["folder"][f"{key}_vs_baseline"] = (results["folder"][key]
                                                     / results["baseline"][key])

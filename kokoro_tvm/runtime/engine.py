@@ -199,6 +199,11 @@ class TvmEngine:
             for function in library.transforms:  # those the folder's manifest names
                 library.prepared(function)
 
+    def decoder_padding(self) -> float | None:
+        """The share of the decoder's computed frames that were padding (None before a decode)."""
+        asked, computed = self.decoder_frames["asked"], self.decoder_frames["computed"]
+        return 1 - asked / computed if computed else None
+
     def _timed(self, stage: str, started: float) -> None:
         self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - started
 
