@@ -39,6 +39,9 @@ def setting(dotted):
 # Modules whose code matters only to components with LSTMs: a component without LSTMs does not
 # depend on them even where its stage's code imports them.
 LSTM_ONLY = ("compile/lstm.py", "compile/gpu_lstm.py", "model/packed_lstm.py")
+# Modules the lower stage runs for GPU targets only: a CPU target's libraries do not depend on
+# them.
+GPU_ONLY = ("compile/gpu_contraction.py", "compile/gpu_instance_norm.py", "compile/gpu_lstm.py")
 
 
 def _module_file(name):
@@ -72,16 +75,17 @@ def _imported(path):
     return found
 
 
-def code_inputs(script_name, lstm=True):
+def code_inputs(script_name, lstm=True, gpu=True):
     """Every package module the workflow script ``script_name`` imports, directly or not, as
     inputs: Snakemake does not see imported code change. Without ``lstm``, the modules only LSTM
-    components use (LSTM_ONLY) and what only they import are left out."""
-    return list(_code_closure(script_name, lstm))
+    components use (LSTM_ONLY), and without ``gpu`` those only GPU targets use (GPU_ONLY), are
+    left out with what only they import."""
+    return list(_code_closure(script_name, lstm, gpu))
 
 
 @functools.cache  # per parse: rules ask once per job, and the walk parses every module
-def _code_closure(script_name, lstm):
-    skipped = set() if lstm else {PACKAGE / name for name in LSTM_ONLY}
+def _code_closure(script_name, lstm, gpu):
+    skipped = {PACKAGE / name for name in (() if lstm else LSTM_ONLY) + (() if gpu else GPU_ONLY)}
     seen, todo = set(), [Path(script(script_name))]
     while todo:
         path = todo.pop()
@@ -92,8 +96,14 @@ def _code_closure(script_name, lstm):
 
 
 def component_code(script_name):
-    """``code_inputs`` for a rule with a component wildcard."""
-    return lambda wildcards: code_inputs(script_name, COMPONENTS[wildcards.component].has_lstm)
+    """``code_inputs`` for a rule with a component wildcard (and a target one, where it has)."""
+
+    def inputs(wildcards):
+        target = getattr(wildcards, "target", None)
+        gpu = target is None or device_kind(setting(f"target_options.{target}")) == "cuda"
+        return code_inputs(script_name, COMPONENTS[wildcards.component].has_lstm, gpu)
+
+    return inputs
 
 
 def script(name):

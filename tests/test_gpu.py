@@ -295,3 +295,42 @@ def test_gpu_check_runs_end_to_end_on_the_cpu(built, tmp_path):
     assert len(summary["end_to_end"]) == 3
     assert all(r["durations_equal"] for r in summary["end_to_end"])
     assert {p["op"] for p in summary["probes"]} == set(document["probes"])
+
+
+@pytest.mark.parametrize("variant", ["block", "steps_u8_k32"])
+def test_lstm_sweep_replays_the_recurrence_in_a_cuda_graph(variant):
+    """The GPU check's LSTM sweep (tools/gpu_check/lstm_kernels.py) builds each form of the
+    recurrence for cuda inside a captured CUDA graph, as in the components (f0n, duration),
+    so that the kernel-per-step form is timed with its launches replayed."""
+    import lstm_kernels
+
+    lowered = lstm_kernels.lowered(("probe", 16, 256), variant, make_target(CUDA))
+    callers = [gv.name_hint for gv, f in lowered.functions_items()
+               if isinstance(f, tvm.relax.Function) and "packed_lstm" in f.script()]
+    assert callers and all("cuda_graph_capture" in name for name in callers), callers
+
+
+def test_lstm_sweep_runs_against_its_reference_on_the_cpu(tmp_path):
+    """check.py's sweep over a bundle's lstm/ folder, here with the sweep's module built for
+    this CPU (tir_vec's own kernel) and PyTorch's LSTM on the CPU as reference (identity input
+    weights, packed): the reference every GPU form is compared with there agrees with a kernel
+    known to be right, zeros past the valid length included, so a wrong reference cannot pass
+    for a wrong kernel on the GPU."""
+    import check
+    import lstm_kernels
+
+    from kokoro_tvm.compile.build import build_library
+
+    shape = ("probe", 20, 32)
+    target = make_target({"kind": "llvm"})
+    (tmp_path / "lstm").mkdir()
+    build_library(lower(lstm_kernels.module(shape), target), target,
+                  tmp_path / "lstm" / "probe_block.so")
+    document = {"seed": 0, "lstm": [{"stem": "probe_block", "variant": "block",
+                                     "shape": list(shape), "gflop": lstm_kernels.flops(shape)}]}
+    (row,) = check.sweep(tmp_path, document, "lstm", check.lstm_case, 2, 1e-5, device="cpu")
+    assert row["passed"] and row["relative_error"] <= 1e-5, row
+    assert row["tvm_ms"] > 0 and row["torch_ms"] > 0
+    inputs, reference = check.lstm_case(list(shape), 0, "cpu")
+    valid = int(inputs[2][0])
+    assert valid < shape[1] and not reference()[:, valid:].any()

@@ -11,8 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, run_snakemake
+import yaml
+from conftest import REPO, TINY, run_snakemake
 
+from kokoro_tvm.compile.devices import device_kind
 from kokoro_tvm.components import COMPONENTS
 
 PACKAGE = REPO / "kokoro_tvm"
@@ -20,9 +22,12 @@ PACKAGE = REPO / "kokoro_tvm"
 NOT_IN_RUNTIME = ("torch", "tvm.relax", "tvm.s_tir", "tvm.te", "tvm.topi", "snakemake", "onnx",
                   "onnxruntime", "kokoro", "kokoro_tvm.model", "kokoro_tvm.compile",
                   "kokoro_tvm.stages", "kokoro_tvm.assets", "kokoro_tvm.measure")
-# Modules whose code matters only to components with LSTMs (rules/common.smk, LSTM_ONLY).
+# Modules whose code matters only to components with LSTMs, and to GPU targets
+# (rules/common.smk, LSTM_ONLY and GPU_ONLY).
 LSTM_ONLY = ("kokoro_tvm.compile.lstm", "kokoro_tvm.compile.gpu_lstm",
              "kokoro_tvm.model.packed_lstm")
+GPU_ONLY = ("kokoro_tvm.compile.gpu_contraction", "kokoro_tvm.compile.gpu_instance_norm",
+            "kokoro_tvm.compile.gpu_lstm")
 
 
 def module_name(path: Path) -> str:
@@ -162,8 +167,11 @@ def dry_run_jobs(workdir: Path) -> list[dict]:
 def test_every_rule_lists_the_code_its_script_imports(tmp_path):
     """The code inputs Snakemake compares are every package module the rule's script imports
     (as Python's own modulefinder sees them), but for components without LSTMs the LSTM-only
-    modules and what only they import, which those components never run."""
+    modules, and for CPU targets the GPU-only ones, with what only they import: code those
+    jobs never run."""
     jobs = dry_run_jobs(tmp_path)
+    targets = {**yaml.safe_load((REPO / "config.yaml").read_text())["target_options"],
+               **yaml.safe_load(TINY.read_text()).get("target_options", {})}
     assert {"export", "relax", "lower", "build", "validate", "manifest", "weights",
             "bench_components_target", "spectrogram"} <= {j["rule"] for j in jobs}
     for job in jobs:
@@ -171,8 +179,10 @@ def test_every_rule_lists_the_code_its_script_imports(tmp_path):
         if not scripts:  # only the target rules run no script
             assert job["rule"] in ("all", "figures"), job
             continue
-        component = job["wildcards"].get("component")
+        component, target = job["wildcards"].get("component"), job["wildcards"].get("target")
         lstm = component is None or COMPONENTS[component].has_lstm
-        expected = script_modules(scripts[0], () if lstm else LSTM_ONLY)
+        gpu = target is None or device_kind(targets[target]) == "cuda"
+        expected = script_modules(scripts[0], (() if lstm else LSTM_ONLY)
+                                  + (() if gpu or component is None else GPU_ONLY))
         missing = expected - job["inputs"]
         assert not missing, (job["rule"], job["wildcards"], sorted(map(str, missing)))

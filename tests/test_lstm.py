@@ -11,6 +11,7 @@ Tiny shapes throughout (tests/data/tiny.yaml's random model, bucket 8).
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from torch import nn
 
 from kokoro_tvm.assets.model_config import kokoro_config
 from kokoro_tvm.compile.build import build_library
+from kokoro_tvm.compile.gpu_lstm import StepKernels, recurrence_kernel_gpu_steps
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.lstm import LSTM_METHODS, VEC_KERNEL_PREFIX
 from kokoro_tvm.compile.relax import import_program, import_programs, ir_lines
@@ -194,3 +196,58 @@ def test_component_valid_outputs_equal_kokoro_at_exact_length(name, method, kmod
         for out_name, expected in run_exact_length(kmodel, name, padded).items():
             metrics = tight_metrics(valid[out_name], expected.numpy(), 1e-4)
             assert metrics["relative_error"]["passed"], (name, method, length, out_name, metrics)
+
+
+@pytest.mark.parametrize("kernel", [StepKernels(8, 4), StepKernels(4, 16), StepKernels(64, 1)])
+def test_gpu_step_kernels_match_torch_packed_lstm(kernel):
+    """The kernel-per-step GPU recurrence, its blocks and threads run as serial loops on this
+    CPU (the same TIR otherwise: its three phases are separate thread loops, so serial order is
+    one the GPU may take), against nn.LSTM over pack_padded_sequence: both directions, lengths
+    1..T in one batch, the cell state parked in ``out`` between steps."""
+    batch, steps, inputs, hidden = 3, 9, 6, 64
+    lstm = _lstm(inputs, hidden)
+    x = torch.randn(batch, steps, inputs)
+    weights = {name: p.detach().numpy() for name, p in lstm.named_parameters()}
+    xproj = np.stack([x.numpy() @ weights[f"weight_ih_l0{sfx}"].T + weights[f"bias_ih_l0{sfx}"]
+                      + weights[f"bias_hh_l0{sfx}"] for sfx in ("", "_reverse")], axis=2)
+    w_hh_t = np.stack([weights[f"weight_hh_l0{sfx}"].T for sfx in ("", "_reverse")])
+    func = recurrence_kernel_gpu_steps(batch, steps, hidden, kernel, serial=True)
+    run = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
+                      target="llvm")["main"]
+    for lengths in ([1, steps, 5], [steps, steps, steps], [2, 1, steps - 1]):
+        out = tvm.runtime.tensor(np.full((batch, steps, 2 * hidden), np.nan, np.float32))
+        run(*(tvm.runtime.tensor(np.ascontiguousarray(a, np.float32)) for a in (xproj, w_hh_t)),
+            tvm.runtime.tensor(np.array(lengths, np.int64)), out)
+        expected = torch_packed(lstm, x, torch.tensor(lengths)).numpy()
+        np.testing.assert_allclose(out.numpy(), expected, rtol=0, atol=1e-5,
+                                   err_msg=f"{kernel}, lengths {lengths}")
+
+
+def test_gpu_step_kernels_refuse_shapes_they_do_not_divide():
+    with pytest.raises(ValueError, match="units per block and k slices must divide"):
+        recurrence_kernel_gpu_steps(1, 8, 48, StepKernels(32, 8))
+    with pytest.raises(ValueError, match="at most 1024 threads"):
+        recurrence_kernel_gpu_steps(1, 8, 256, StepKernels(64, 32))
+
+
+def test_cuda_lowering_with_step_kernels(monkeypatch):
+    """With ``StepKernels`` chosen, cuda lowering swaps in the kernel-per-step recurrence: the
+    loop over steps stays on the host and launches one kernel, 2 x hidden / units_per_block
+    blocks of units_per_block x k_slices threads, with barriers between its three phases."""
+    from kokoro_tvm.compile import gpu, gpu_lstm
+
+    monkeypatch.setattr(gpu_lstm, "DEFAULT_KERNEL", StepKernels(8, 4))
+    mod, _ = import_programs({"main": _op_program(_lstm(6, 32), 2, 8)}, "tir_vec")
+    target = make_target({"kind": "cuda", "arch": "sm_90"})
+    lowered = lower(mod, target)
+    (kernel,) = (f for gv, f in lowered.functions_items()
+                 if gv.name_hint.startswith(VEC_KERNEL_PREFIX))
+    script = kernel.script()
+    assert kernel.attrs["tirx.is_scheduled"]
+    assert 'T.thread_binding(8, thread="blockIdx.x")' in script
+    assert 'T.thread_binding(32, thread="threadIdx.x")' in script
+    (source,) = [s for s in gpu.cuda_sources(lowered, target) if "packed_lstm" in s]
+    (recurrence,) = [k for k in source.split('extern "C" __global__')[1:]
+                     if "packed_lstm" in k and "{" in k]
+    assert re.search(r"packed_lstm\w*\([^)]*int\w* s\b", recurrence), "the step is a parameter"
+    assert recurrence.count("__syncthreads()") >= 2

@@ -156,6 +156,16 @@ def test_lstm_lowering_change_rebuilds_only_lstm_artifacts(built, workflow):
             assert any(f"/{c}/" in job["output"] for c in LSTM_COMPONENTS), job
 
 
+def test_gpu_lowering_change_rebuilds_nothing_for_cpu_targets(built, workflow):
+    """An edit of a module that the lower stage runs for GPU targets only (the GPU LSTM kernel;
+    rules/common.smk, GPU_ONLY) leaves both CPU targets' libraries current, though the stage's
+    code imports it."""
+    assert "gpu_lstm" in (workflow / "kokoro_tvm/compile/lower.py").read_text()
+    with edited(workflow / "kokoro_tvm/compile/gpu_lstm.py"):
+        jobs = dry_run(built, workflow, "all")
+    assert not rules_of(jobs), jobs
+
+
 def test_target_options_change_rebuilds_only_that_target(built, workflow, tmp_path):
     changed = {"target_options": {"llvm": {"kind": "llvm", "mcpu": "host", "num-cores": 1}}}
     jobs = dry_run(built, workflow, "all", configfiles=overrides(tmp_path, **changed))

@@ -14,10 +14,21 @@ lengths [B] -> out [B, T, 2H], packed-sequence semantics):
 - a step beyond a sequence's length writes zeros (the branch is the same for the whole block,
   so the barriers inside it are safe).
 
-The kernel is marked scheduled, so dlight leaves it alone. Before this, GPUs could only use the
-``unroll`` method, whose IR grows with the bucket (f0n at 2048 frames was out of reach).
+A second form (``StepKernels``) launches a kernel per step instead, each spreading the step's
+gates over many thread blocks, so that no block streams a whole direction's recurrent weights
+(1 MiB at H = 256) from L2 at every step; CUDA graphs replay the launches. The hidden state
+passes between launches through ``out`` (step t reads h at t -/+ 1), and the cell state too:
+each unit's c is parked in the next step's slot of ``out``, which that step reads before
+overwriting it with its h, so the signature stays that of the CPU kernel. Which form is faster
+is measured by the GPU check (tools/gpu_check/lstm_kernels.py); ``DEFAULT_KERNEL`` is the one
+the lower stage uses.
+
+The kernels are marked scheduled, so dlight leaves them alone. Before this, GPUs could only use
+the ``unroll`` method, whose IR grows with the bucket (f0n at 2048 frames was out of reach).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import tvm
 from tvm.script import tirx as T
@@ -26,6 +37,27 @@ from kokoro_tvm.compile import fastmath
 from kokoro_tvm.compile.lstm import VEC_KERNEL_PREFIX
 
 MAX_THREADS = 1024
+
+
+@dataclass(frozen=True)
+class StepKernels:
+    """A kernel launch per step: each of ``hidden / units_per_block`` thread blocks per
+    direction computes the four gates of ``units_per_block`` units, its threads splitting the
+    sum over the previous h into ``k_slices`` slices (partial sums meet in shared memory)."""
+
+    units_per_block: int = 32
+    k_slices: int = 8
+
+    def check(self, hidden: int) -> None:
+        threads = self.units_per_block * self.k_slices
+        if hidden % self.units_per_block or hidden % self.k_slices or threads > MAX_THREADS:
+            raise ValueError(f"{self} does not fit hidden size {hidden}: units per block and k "
+                             f"slices must divide it, and their product ({threads}) be at most "
+                             f"{MAX_THREADS} threads")
+
+
+# None: one thread block per direction for the whole sequence (recurrence_kernel_gpu).
+DEFAULT_KERNEL: StepKernels | None = None
 
 
 def recurrence_kernel_gpu(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimFunc:
@@ -69,6 +101,81 @@ def recurrence_kernel_gpu(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimF
     return packed_lstm_recurrence_gpu
 
 
+def recurrence_kernel_gpu_steps(batch: int, steps: int, hidden: int, kernel: StepKernels,
+                                serial: bool = False) -> tvm.tirx.PrimFunc:
+    """The GPU recurrence as a kernel per step (``StepKernels``). Each launch runs three phases,
+    each a loop over the block's threads (TVM puts a barrier between them): load the previous
+    h into shared memory; partial gate sums over the thread's k slice; per unit, the gates'
+    total and the cell update. ``serial=True`` gives the same kernel with blocks and threads as
+    serial loops and shared memory as global, which runs on a CPU (tests)."""
+    kernel.check(hidden)
+    B, S, H, G = batch, steps, hidden, 4 * hidden
+    UNITS, SLICES = kernel.units_per_block, kernel.k_slices
+    BLOCKS, THREADS, SPAN = H // UNITS, UNITS * SLICES, H // SLICES
+    shared = "global" if serial else "shared"
+
+    def blocks(n: int):
+        return T.serial(n) if serial else T.thread_binding(n, thread="blockIdx.x")
+
+    def threads(n: int):
+        return T.serial(n) if serial else T.thread_binding(n, thread="threadIdx.x")
+
+    @T.prim_func(private=True)
+    def packed_lstm_recurrence_gpu_steps(xproj: T.Buffer((B, S, 2, G), "float32"),
+                                         w_hh_t: T.Buffer((2, H, G), "float32"),
+                                         lengths: T.Buffer((B,), "int64"),
+                                         out: T.Buffer((B, S, 2 * H), "float32")):
+        T.func_attr({"tir.noalias": True, "tirx.is_scheduled": True})
+        for b in range(B):
+            for s in range(S):  # on the host: a launch per step
+                for block in blocks(2 * BLOCKS):
+                    h = T.alloc_buffer((H,), "float32", scope=shared)
+                    partial = T.alloc_buffer((SLICES, 4, UNITS), "float32", scope=shared)
+                    d: T.let[T.int32] = block // BLOCKS
+                    t: T.let[T.int64] = T.Select(d == 0, T.int64(s), T.int64(S - 1 - s))
+                    before: T.let[T.int64] = T.Select(d == 0, t - 1, t + 1)
+                    after: T.let[T.int64] = T.Select(d == 0, t + 1, t - 1)
+                    for tx in threads(THREADS):
+                        for i in range((H + THREADS - 1) // THREADS):
+                            if i * THREADS + tx < H:
+                                h[i * THREADS + tx] = T.if_then_else(
+                                    s == 0, T.float32(0), out[b, before, d * H + i * THREADS + tx])
+                    for tx in threads(THREADS):
+                        acc = T.alloc_buffer((4,), "float32", scope="local")
+                        for q in T.unroll(4):
+                            acc[q] = T.float32(0)
+                        for k in range(SPAN):
+                            for q in T.unroll(4):
+                                acc[q] = acc[q] + h[tx // UNITS * SPAN + k] * w_hh_t[
+                                    d, tx // UNITS * SPAN + k,
+                                    q * H + block % BLOCKS * UNITS + tx % UNITS]
+                        for q in T.unroll(4):
+                            partial[tx // UNITS, q, tx % UNITS] = acc[q]
+                    for tx in threads(THREADS):
+                        if tx < UNITS:
+                            gates = T.alloc_buffer((4,), "float32", scope="local")
+                            c = T.alloc_buffer((1,), "float32", scope="local")
+                            j: T.let[T.int32] = block % BLOCKS * UNITS + tx
+                            for q in T.unroll(4):
+                                gates[q] = xproj[b, t, d, q * H + j]
+                                for r in range(SLICES):
+                                    gates[q] = gates[q] + partial[r, q, tx]
+                            if t < lengths[b]:
+                                # this unit's c, parked here by the step before
+                                c[0] = (fastmath.sigmoid(gates[1]) * T.if_then_else(
+                                    s == 0, T.float32(0), out[b, t, d * H + j])
+                                    + fastmath.sigmoid(gates[0]) * fastmath.tanh(gates[2]))
+                                out[b, t, d * H + j] = (fastmath.sigmoid(gates[3])
+                                                        * fastmath.tanh(c[0]))
+                            else:
+                                c[0] = T.float32(0)
+                                out[b, t, d * H + j] = T.float32(0)
+                            if s < S - 1:
+                                out[b, after, d * H + j] = c[0]
+
+    return packed_lstm_recurrence_gpu_steps
+
+
 def _shape(func: tvm.tirx.PrimFunc) -> tuple[int, int, int]:
     """(batch, steps, hidden) of a CPU recurrence kernel, from its xproj and w_hh_t buffers."""
     xproj, w_hh_t = (p.ty for p in func.params[:2])  # buffer types carry the shapes
@@ -78,8 +185,10 @@ def _shape(func: tvm.tirx.PrimFunc) -> tuple[int, int, int]:
 
 @tvm.transform.module_pass(opt_level=0, name="GpuLstmRecurrence")
 def gpu_lstm_recurrence(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    """Every ``tir_vec`` recurrence kernel of ``mod`` replaced by the GPU kernel."""
+    """Every ``tir_vec`` recurrence kernel of ``mod`` replaced by the GPU kernel
+    (``DEFAULT_KERNEL``'s form)."""
     for gvar, func in list(mod.functions_items()):
         if isinstance(func, tvm.tirx.PrimFunc) and gvar.name_hint.startswith(VEC_KERNEL_PREFIX):
-            mod[gvar] = recurrence_kernel_gpu(*_shape(func))
+            mod[gvar] = (recurrence_kernel_gpu(*_shape(func)) if DEFAULT_KERNEL is None
+                         else recurrence_kernel_gpu_steps(*_shape(func), DEFAULT_KERNEL))
     return mod

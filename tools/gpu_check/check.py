@@ -8,8 +8,9 @@
    PyTorch's FLOP count (GFLOP/s) and the library's kernel count.
 2. End-to-end synthesis of the bundle's sentences with the runtime's engine on the GPU, beside
    KModel on the GPU: real-time factors and their ratio.
-3. The decoder's heaviest convolutions alone under each schedule variant (conv_tiles.py)
-   beside PyTorch: which GPU tile is fastest (reported, not part of the verdict).
+3. The decoder's heaviest convolutions alone under each schedule variant (conv_tiles.py),
+   and the LSTM recurrence alone in each GPU form (lstm_kernels.py), beside PyTorch: which
+   tile and which form are fastest (reported, not part of the verdict).
 4. The op probes: every Relax op kind our components call, on the GPU and on the CPU, the
    same seeded inputs at two scales (1 and 1e4: the sine generator's phases are large).
 
@@ -268,9 +269,67 @@ def probe_ops(bundle: Path, document: dict, device: str, tolerance: float) -> li
     return rows
 
 
-def conv_tiles(bundle: Path, document: dict, repeat: int, tolerance: float) -> list[dict]:
-    """Each bundled convolution variant (conv_tiles.py) against PyTorch on the GPU: relative
-    error, milliseconds and TFLOP/s of both."""
+def conv_case(shape: list, seed: int, device: str = "cuda"):
+    """Seeded inputs (x, w) of a conv_tiles shape, and PyTorch's convolution of them on
+    ``device``."""
+    import numpy as np
+    import torch
+
+    _, kind, c_in, c_out, kernel, stride, dilation, padding, length = shape
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, c_in, length), dtype=np.float32)
+    w_shape = (c_out, c_in, kernel) if kind == "conv1d" else (c_in, c_out, kernel)
+    w = (rng.standard_normal(w_shape, dtype=np.float32) / np.sqrt(c_in * kernel)).astype(
+        np.float32)
+    conv = (torch.nn.functional.conv1d if kind == "conv1d"
+            else torch.nn.functional.conv_transpose1d)
+    tx, tw = torch.from_numpy(x).to(device), torch.from_numpy(w).to(device)
+    return [x, w], lambda: conv(tx, tw, stride=stride, padding=padding, dilation=dilation)
+
+
+def lstm_case(shape: list, seed: int, device: str = "cuda"):
+    """Seeded inputs (xproj, w_hh_t, lengths) of an lstm_kernels shape, and PyTorch's LSTM on
+    them on ``device`` (cuDNN's on the GPU): both directions over a packed sequence, the
+    projected inputs fed through identity input weights (its own input product is extra work,
+    counted in its time)."""
+    import lstm_kernels
+    import numpy as np
+    import torch
+
+    _, steps, hidden = shape
+    rng = np.random.default_rng(seed)
+    gates = 4 * hidden
+    xproj = rng.standard_normal((1, steps, 2, gates), dtype=np.float32)
+    w_hh_t = (rng.standard_normal((2, hidden, gates), dtype=np.float32)
+              / np.sqrt(hidden)).astype(np.float32)
+    lengths = np.array([int(lstm_kernels.VALID * steps)], np.int64)
+    lstm = torch.nn.LSTM(2 * gates, hidden, batch_first=True, bidirectional=True).to(device)
+    with torch.no_grad():
+        for d, suffix in enumerate(("", "_reverse")):
+            w_ih = torch.zeros(gates, 2 * gates)
+            w_ih[:, d * gates:(d + 1) * gates] = torch.eye(gates)
+            getattr(lstm, f"weight_ih_l0{suffix}").copy_(w_ih)
+            getattr(lstm, f"weight_hh_l0{suffix}").copy_(torch.from_numpy(w_hh_t[d].T.copy()))
+            getattr(lstm, f"bias_ih_l0{suffix}").zero_()
+            getattr(lstm, f"bias_hh_l0{suffix}").zero_()
+    x = torch.from_numpy(xproj.reshape(1, steps, 2 * gates)).to(device)
+    length = torch.from_numpy(lengths)
+
+    def reference():
+        with torch.no_grad():
+            packed = torch.nn.utils.rnn.pack_padded_sequence(x, length, batch_first=True)
+            out, _ = lstm(packed)
+            return torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
+                                                          total_length=steps)[0]
+
+    return [xproj, w_hh_t, lengths], reference
+
+
+def sweep(bundle: Path, document: dict, folder: str, case, repeat: int, tolerance: float,
+          device: str = "cuda") -> list[dict]:
+    """Each bundled variant of a sweep (``folder``: tiles, lstm) against PyTorch on ``device``:
+    relative error, milliseconds and TFLOP/s of both; ``case(shape, seed, device)`` gives the
+    inputs and PyTorch's computation."""
     import numpy as np
     import torch
     import tvm
@@ -279,40 +338,29 @@ def conv_tiles(bundle: Path, document: dict, repeat: int, tolerance: float) -> l
     from kokoro_tvm.runtime.bare import median_ms
     from kokoro_tvm.runtime.cuda import device as tvm_device
 
-    dev = tvm_device("cuda", [bundle / "kernels"])
+    dev = tvm_device(device, [bundle / "kernels"])
+    torch_sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rows = []
-    for tile in document.get("tiles", []):
-        name, kind, c_in, c_out, kernel, stride, dilation, padding, length = tile["shape"]
-        rng = np.random.default_rng(document["seed"])
-        x = rng.standard_normal((1, c_in, length), dtype=np.float32)
-        shape = (c_out, c_in, kernel) if kind == "conv1d" else (c_in, c_out, kernel)
-        w = (rng.standard_normal(shape, dtype=np.float32) / np.sqrt(c_in * kernel)).astype(
-            np.float32)
-        conv = (torch.nn.functional.conv1d if kind == "conv1d"
-                else torch.nn.functional.conv_transpose1d)
-        tx, tw = torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()
-
-        def reference():
-            return conv(tx, tw, stride=stride, padding=padding, dilation=dilation)
-
-        row = {"shape": name, "variant": tile["variant"]}
+    for entry in document.get(folder, []):
+        row = {"shape": entry["shape"][0], "variant": entry["variant"]}
         try:
-            library = bundle / "tiles" / f"{tile['stem']}.so"
+            inputs, reference = case(entry["shape"], document["seed"], device)
+            library = bundle / folder / f"{entry['stem']}.so"
             vm = VirtualMachine(tvm.runtime.load_module(str(library)), dev)
-            args = [tvm.runtime.tensor(a, dev) for a in (x, w)]
+            args = [tvm.runtime.tensor(a, dev) for a in inputs]
             out = vm["main"](*args).numpy()
             ref = reference().cpu().numpy()
             error = float(np.max(np.abs(out - ref)) / np.max(np.abs(ref)))
             tvm_ms = median_ms(lambda: vm["main"](*args), dev.sync, repeat)
-            torch_ms = median_ms(reference, torch.cuda.synchronize, repeat)
+            torch_ms = median_ms(reference, torch_sync, repeat)
             row.update(relative_error=error, passed=error <= tolerance, tvm_ms=round(tvm_ms, 3),
                        torch_ms=round(torch_ms, 3),
-                       tvm_tflops=round(tile["gflop"] / tvm_ms, 2),
-                       torch_tflops=round(tile["gflop"] / torch_ms, 2))
+                       tvm_tflops=round(entry["gflop"] / tvm_ms, 3),
+                       torch_tflops=round(entry["gflop"] / torch_ms, 3))
         except Exception as err:  # noqa: BLE001 - a failing variant is a finding
             row.update(passed=False, exception=f"{type(err).__name__}: {str(err)[:300]}")
         rows.append(row)
-        print("tile", json.dumps(row), flush=True)
+        print(folder, json.dumps(row), flush=True)
     return rows
 
 
@@ -383,7 +431,10 @@ def main() -> None:
     else:
         check_model(kmodel, weights, args, document, device, torch_device, summary)
     if device == "cuda":
-        summary["tiles"] = conv_tiles(args.bundle, document, args.repeat, TIGHT_RELATIVE)
+        summary["tiles"] = sweep(args.bundle, document, "tiles", conv_case, args.repeat,
+                                 TIGHT_RELATIVE)
+        summary["lstm"] = sweep(args.bundle, document, "lstm", lstm_case, args.repeat,
+                                TIGHT_RELATIVE)
     summary["probes"] = probe_ops(args.bundle, document, device, TIGHT_RELATIVE)
     failed = [p for p in summary["probes"] if not p["passed"]]
     print(f"op probes: {len(summary['probes']) - len(failed)}/{len(summary['probes'])} pass"

@@ -9,7 +9,8 @@ component at the smallest and largest bucket of config.yaml):
 - probes/: one function per Relax op kind our components call (probes.py), built for cuda and
   for a generic x86-64 CPU, to name a wrong op;
 - tiles/: the decoder's heaviest convolutions alone under each schedule variant of
-  conv_tiles.py, to choose the GPU contraction's tile;
+  conv_tiles.py, to choose the GPU contraction's tile; lstm/: the LSTM recurrence alone in each
+  GPU form of lstm_kernels.py, to choose compile/gpu_lstm.py's default;
 - cases.json: the libraries, each component's weight spec (shape, mean, std per tensor: the
   GPU machine regenerates synthetic weights from it and a seed, synthetic.py) and the token ids
   of the end-to-end sentences (G2P needs spaCy, which the GPU machine lacks);
@@ -39,6 +40,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import conv_tiles  # noqa: E402
+import lstm_kernels  # noqa: E402
 import probes  # noqa: E402
 
 from kokoro_tvm import paths  # noqa: E402
@@ -127,25 +129,26 @@ def build_probes(root: Path, chosen: list[dict], target_string: str, out: Path
     return probes.signatures(mod)
 
 
-def build_tiles(target_string: str, out: Path) -> list[dict]:
-    """tiles/{shape}_{variant}.so: conv_tiles' convolutions under each schedule variant."""
+def build_sweep(sweep, folder: str, target_string: str, out: Path) -> list[dict]:
+    """{folder}/{shape}_{variant}.so: each shape of a sweep module (conv_tiles, lstm_kernels)
+    under each of its variants."""
     import tvm
 
     from kokoro_tvm.compile.build import build_library
 
     target = tvm.target.Target(target_string)
-    (out / "tiles").mkdir()
-    tiles = []
-    for shape in conv_tiles.SHAPES:
-        for variant in conv_tiles.VARIANTS:
+    (out / folder).mkdir()
+    built = []
+    for shape in sweep.SHAPES:
+        for variant in sweep.VARIANTS:
             stem = f"{shape[0]}_{variant}"
-            lowered = conv_tiles.lowered(shape, variant, target)
-            build_library(lowered, target, out / "tiles" / f"{stem}.so")
+            lowered = sweep.lowered(shape, variant, target)
+            build_library(lowered, target, out / folder / f"{stem}.so")
             write_kernels(lowered, target, out / "kernels")
-            tiles.append({"stem": stem, "variant": variant, "shape": list(shape),
-                          "gflop": conv_tiles.flops(shape) / 1e9})
-            print(f"tiles/{stem}.so", flush=True)
-    return tiles
+            built.append({"stem": stem, "variant": variant, "shape": list(shape),
+                          "gflop": sweep.flops(shape) / 1e9})
+            print(f"{folder}/{stem}.so", flush=True)
+    return built
 
 
 def copy_python_modules(out: Path) -> None:
@@ -234,12 +237,12 @@ def prepare(root: Path, out: Path, target: str = "cuda", seed: int = 0,
                       "library_sha256": entry["library_sha256"], "kernels": count})
         print(f"{stem}: {count} kernels", flush=True)
     probe_signatures = build_probes(root, chosen, chosen[0]["target_string"], staging)
-    tiles = (build_tiles(chosen[0]["target_string"], staging)
-             if chosen[0]["device"] == "cuda" else [])
+    sweeps = {folder: (build_sweep(sweep, folder, chosen[0]["target_string"], staging)
+                       if chosen[0]["device"] == "cuda" else [])
+              for folder, sweep in (("tiles", conv_tiles), ("lstm", lstm_kernels))}
     config = json.loads((root / paths.ASSET_CONFIG).read_text())
     document = {
-        "target": target, "seed": seed, "cases": cases, "probes": probe_signatures,
-        "tiles": tiles,
+        "target": target, "seed": seed, "cases": cases, "probes": probe_signatures, **sweeps,
         "weights": {c: weight_spec(root / paths.PARAMS.format(component=c)) for c in COMPONENTS},
         "sentences": sentences(config, chosen),
         "versions": {d: version(d) for d in ("apache-tvm", "apache-tvm-ffi", "torch", "kokoro")},
