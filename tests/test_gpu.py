@@ -292,6 +292,7 @@ def test_gpu_check_runs_end_to_end_on_the_cpu(built, tmp_path):
     assert summary["passed"] is True
     assert len(summary["libraries"]) == 5 and all(r["passed"] for r in summary["libraries"])
     assert all(r["worst_relative_error"] <= 1e-4 for r in summary["libraries"])
+    assert all(r["tvm_round_trip_ms"] > 0 for r in summary["libraries"])
     assert len(summary["end_to_end"]) == 3
     assert all(r["durations_equal"] for r in summary["end_to_end"])
     assert {p["op"] for p in summary["probes"]} == set(document["probes"])

@@ -5,7 +5,8 @@
 1. Each library against PyTorch on the GPU (TF32 off), through ``validate_component``: the
    validate stage's own inputs, metrics and tolerances, on synthetic weights regenerated here
    from the bundle's seed; then TVM and PyTorch CUDA eager timed on the same inputs, with
-   PyTorch's FLOP count (GFLOP/s) and the library's kernel count.
+   PyTorch's FLOP count (GFLOP/s) and the library's kernel count; TVM also from host arrays to
+   host arrays, as the engine calls it (what the copies add).
 2. End-to-end synthesis of the bundle's sentences with the runtime's engine on the GPU, beside
    KModel on the GPU: real-time factors and their ratio.
 3. The decoder's heaviest convolutions alone under each schedule variant (conv_tiles.py),
@@ -99,6 +100,12 @@ def check_library(kmodel, case: dict, bundle: Path, params: Path, weights: dict,
     library = BareLibrary(so, weights, device)
     tvm_ms = sum(library.time_ms(fn.name, {i: reference[i] for i in fn.inputs}, repeat)
                  for fn in component.functions)
+    # The same calls from host arrays to host arrays, as the engine makes them: what the copies
+    # to and from the device add to the library's time.
+    round_trip_ms = sum(median_ms(lambda fn=fn: library(fn.name, {i: reference[i]
+                                                                  for i in fn.inputs}),
+                                  library.device.sync, repeat)
+                        for fn in component.functions)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     torch_ms = median_ms(lambda: run_reference(kmodel, name, inputs), sync, repeat)
     gflop = flops(lambda: run_reference(kmodel, name, inputs)) / 1e9
@@ -106,6 +113,7 @@ def check_library(kmodel, case: dict, bundle: Path, params: Path, weights: dict,
                  if k.endswith("relative_error") and m["tolerance"] is not None), default=0.0)
     return {"case": case["stem"], "passed": report["passed"], "worst_relative_error": worst,
             "metrics": report["metrics"], "tvm_ms": round(tvm_ms, 3),
+            "tvm_round_trip_ms": round(round_trip_ms, 3),
             "torch_ms": round(torch_ms, 3), "ratio": round(tvm_ms / torch_ms, 3),
             "gflop": round(gflop, 3), "tvm_gflops": round(gflop / tvm_ms * 1e3, 1),
             "torch_gflops": round(gflop / torch_ms * 1e3, 1), "kernels": case["kernels"]}
@@ -382,6 +390,7 @@ def check_model(kmodel, weights: dict, args, document: dict, device: str, torch_
         summary["libraries"].append(row)
         print(f"{row['case']:26s} {'PASS' if row['passed'] else 'FAIL'}  "
               + (f"worst rel err {row['worst_relative_error']:.2e}  TVM {row['tvm_ms']:.2f} ms  "
+                 f"(from host arrays {row['tvm_round_trip_ms']:.2f} ms)  "
                  f"PyTorch {row['torch_ms']:.2f} ms  ratio {row['ratio']:.2f}  "
                  f"{row['gflop']:.2f} GFLOP: TVM {row['tvm_gflops']} / PyTorch "
                  f"{row['torch_gflops']} GFLOP/s  kernels {row['kernels']}"
