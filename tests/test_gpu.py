@@ -327,8 +327,9 @@ def test_lstm_sweep_runs_against_its_reference_on_the_cpu(tmp_path):
     (tmp_path / "lstm").mkdir()
     build_library(lower(lstm_kernels.module(shape), target), target,
                   tmp_path / "lstm" / "probe_block.so")
-    document = {"seed": 0, "lstm": [{"stem": "probe_block", "variant": "block",
-                                     "shape": list(shape), "gflop": lstm_kernels.flops(shape)}]}
+    entry = {"stem": "probe_block", "variant": "block", "shape": list(shape),
+             "gflop": lstm_kernels.flops(shape) / 1e9}
+    document = {"seed": 0, "lstm": [entry]}
     (row,) = check.sweep(tmp_path, document, "lstm", check.lstm_case, 2, 1e-5, device="cpu")
     assert row["passed"] and row["relative_error"] <= 1e-5, row
     assert row["tvm_ms"] > 0 and row["torch_ms"] > 0

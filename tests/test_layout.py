@@ -5,6 +5,7 @@ script imports (docs/architecture.md, Staleness)."""
 from __future__ import annotations
 
 import ast
+import json
 import modulefinder
 import re
 import subprocess
@@ -186,3 +187,29 @@ def test_every_rule_lists_the_code_its_script_imports(tmp_path):
                                   + (() if gpu or component is None else GPU_ONLY))
         missing = expected - job["inputs"]
         assert not missing, (job["rule"], job["wildcards"], sorted(map(str, missing)))
+
+
+def test_cpu_lowering_loads_no_gpu_only_module(built):
+    """What GPU_ONLY promises (CPU targets' jobs leave those modules out of their inputs):
+    lowering every Relax artifact of the tiny build for a CPU target imports none of them, so
+    no edit of theirs can change a CPU library; lowering one LSTM artifact for cuda afterwards
+    does (the check can see them)."""
+    code = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from kokoro_tvm.compile.lower import lower\n"
+        "from kokoro_tvm.compile.targets import make_target\n"
+        "from kokoro_tvm.stages.common import load_ir\n"
+        f"artifacts = sorted(Path({str(built)!r}).glob('results/relax/*/*/*.json'))\n"
+        "for path in artifacts:\n"
+        "    lower(load_ir(path), make_target({'kind': 'llvm'}))\n"
+        "cpu = sorted(sys.modules)\n"
+        "lstm = next(p for p in artifacts if p.parent.name == 'tir_vec')\n"
+        "lower(load_ir(lstm), make_target({'kind': 'cuda', 'arch': 'sm_90'}))\n"
+        "print(json.dumps([[str(p) for p in artifacts], cpu, sorted(sys.modules)]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    artifacts, cpu, after_cuda = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(artifacts) >= 5 and any("/tir_vec/" in p for p in artifacts), artifacts
+    assert not set(GPU_ONLY) & set(cpu), sorted(set(GPU_ONLY) & set(cpu))
+    assert set(GPU_ONLY) <= set(after_cuda)

@@ -296,13 +296,15 @@ def conv_case(shape: list, seed: int, device: str = "cuda"):
 
 
 def lstm_case(shape: list, seed: int, device: str = "cuda"):
-    """Seeded inputs (xproj, w_hh_t, lengths) of an lstm_kernels shape, and PyTorch's LSTM on
-    them on ``device`` (cuDNN's on the GPU): both directions over a packed sequence, the
-    projected inputs fed through identity input weights (its own input product is extra work,
-    counted in its time)."""
+    """Seeded inputs (xproj, w_hh_t, lengths) of an lstm_kernels shape, and the packed_lstm op
+    (model/packed_lstm.py: PyTorch's packed LSTM, cuDNN's on the GPU) on them on ``device``:
+    the projected inputs of both directions side by side, fed through identity input weights
+    (its own input product is extra work, counted in its time)."""
     import lstm_kernels
     import numpy as np
     import torch
+
+    from kokoro_tvm.model.packed_lstm import packed_lstm
 
     _, steps, hidden = shape
     rng = np.random.default_rng(seed)
@@ -311,24 +313,17 @@ def lstm_case(shape: list, seed: int, device: str = "cuda"):
     w_hh_t = (rng.standard_normal((2, hidden, gates), dtype=np.float32)
               / np.sqrt(hidden)).astype(np.float32)
     lengths = np.array([int(lstm_kernels.VALID * steps)], np.int64)
-    lstm = torch.nn.LSTM(2 * gates, hidden, batch_first=True, bidirectional=True).to(device)
-    with torch.no_grad():
-        for d, suffix in enumerate(("", "_reverse")):
-            w_ih = torch.zeros(gates, 2 * gates)
-            w_ih[:, d * gates:(d + 1) * gates] = torch.eye(gates)
-            getattr(lstm, f"weight_ih_l0{suffix}").copy_(w_ih)
-            getattr(lstm, f"weight_hh_l0{suffix}").copy_(torch.from_numpy(w_hh_t[d].T.copy()))
-            getattr(lstm, f"bias_ih_l0{suffix}").zero_()
-            getattr(lstm, f"bias_hh_l0{suffix}").zero_()
+    eye, zero = torch.eye(gates), torch.zeros(gates, gates)
+    bias = torch.zeros(gates)
+    weights = [w.to(device) for d, w_ih in enumerate((torch.cat([eye, zero], 1),
+                                                      torch.cat([zero, eye], 1)))
+               for w in (w_ih, torch.from_numpy(w_hh_t[d].T.copy()), bias, bias)]
     x = torch.from_numpy(xproj.reshape(1, steps, 2 * gates)).to(device)
     length = torch.from_numpy(lengths)
 
     def reference():
         with torch.no_grad():
-            packed = torch.nn.utils.rnn.pack_padded_sequence(x, length, batch_first=True)
-            out, _ = lstm(packed)
-            return torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
-                                                          total_length=steps)[0]
+            return packed_lstm(x, length, *weights)
 
     return [xproj, w_hh_t, lengths], reference
 
