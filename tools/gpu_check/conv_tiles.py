@@ -9,6 +9,7 @@ each on seeded inputs against ``torch.nn.functional.conv1d`` / ``conv_transpose1
 from __future__ import annotations
 
 import dataclasses
+from unittest import mock
 
 # (name, kind, in channels, out channels, kernel, stride, dilation, padding, length): the
 # generator's convolutions at the decoder's largest bucket (2048 frames), heaviest first.
@@ -61,12 +62,9 @@ def lowered(shape: tuple, variant: str, target):
     if tile is None:
         with target:
             return relax.backend.cuda.pipeline.get_default_pipeline(target)(mod)
-    default = gpu_contraction.DEFAULT_TILE
-    gpu_contraction.DEFAULT_TILE = dataclasses.replace(default, **tile)
-    try:
+    with mock.patch.object(gpu_contraction, "DEFAULT_TILE",
+                           dataclasses.replace(gpu_contraction.DEFAULT_TILE, **tile)):
         return lower(mod, target)
-    finally:
-        gpu_contraction.DEFAULT_TILE = default
 
 
 def flops(shape: tuple) -> float:

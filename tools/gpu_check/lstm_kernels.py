@@ -5,10 +5,13 @@ several block shapes; which is fastest on the GPU, beside PyTorch's cuDNN LSTM, 
 prepare.py builds one library per (shape, variant) into the bundle's ``lstm/``; each holds the
 recurrence between two copies, so that it sits inside the captured CUDA graph as it does in a
 component. check.py runs each on seeded inputs, lengths a little under the sequence, against
-``torch.nn.LSTM`` over a packed sequence on the GPU (the projected inputs fed through identity
-input weights), with the same relative-error bar as the libraries, and times both.
+the packed_lstm op (model/packed_lstm.py: PyTorch's packed LSTM, cuDNN's on the GPU; the
+projected inputs fed through identity input weights), with the same relative-error bar as the
+libraries, and times both.
 """
 from __future__ import annotations
+
+from unittest import mock
 
 # (name, sequence length, hidden units): Kokoro's LSTMs all have 256 hidden units; duration
 # runs four of them over 512 tokens at its largest bucket, f0n one over 2048 frames.
@@ -62,12 +65,9 @@ def lowered(shape: tuple, variant: str, target):
     from kokoro_tvm.compile.lower import lower
 
     form = VARIANTS[variant]
-    default = gpu_lstm.DEFAULT_KERNEL
-    gpu_lstm.DEFAULT_KERNEL = None if form is None else gpu_lstm.StepKernels(*form)
-    try:
+    with mock.patch.object(gpu_lstm, "DEFAULT_KERNEL",
+                           None if form is None else gpu_lstm.StepKernels(*form)):
         return lower(module(shape), target)
-    finally:
-        gpu_lstm.DEFAULT_KERNEL = default
 
 
 def flops(shape: tuple) -> float:
