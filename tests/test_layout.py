@@ -105,7 +105,7 @@ def test_no_import_cycles():
 
 # The stages whose processes run without PyTorch (stages/common.without_torch): tvm_ffi would
 # import it, about a second of every job's start.
-TORCH_FREE_SCRIPTS = ("lower.py", "build.py", "validate.py")
+TORCH_FREE_SCRIPTS = ("tune.py", "lower.py", "build.py", "validate.py")
 
 
 def test_torch_free_stages_and_the_snakefile_import_no_torch():

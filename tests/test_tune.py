@@ -1,6 +1,9 @@
 """The optional MetaSchedule stage: a database for a library's kernels, applied by lower."""
 from __future__ import annotations
 
+import inspect
+import sys
+
 import numpy as np
 import tvm
 from tvm import relax
@@ -8,7 +11,7 @@ from tvm import relax
 from kokoro_tvm.compile.build import build_library
 from kokoro_tvm.compile.lower import fused_kernels, lower
 from kokoro_tvm.compile.targets import make_target
-from kokoro_tvm.compile.tune import tune
+from kokoro_tvm.compile.tune import module_scans_skipped, tune
 from kokoro_tvm.runtime.library import Library, Weights
 
 TARGET = {"kind": "llvm", "mcpu": "host", "num-cores": 2}
@@ -47,3 +50,20 @@ def test_tuned_kernels_replace_our_schedules_and_compute_the_same(tmp_path):
         (got,) = Library(tmp_path / f"{name}.so", Weights({"linear.weight": w}))("main", {"x": x})
         np.testing.assert_allclose(got, np.tanh(x @ w.T), rtol=1e-5, atol=1e-5, err_msg=name)
 
+
+
+def test_skipped_module_scans_give_getmodules_answers():
+    """The shortcut tuning takes through ``inspect.getmodule`` answers as Python does: the
+    module of a frame in a real file, none for a pseudo file, and is undone after."""
+    original, frame = inspect.getmodule, inspect.currentframe()
+    code = compile("x = 1", "<string>", "exec")
+
+    def answers():
+        return (inspect.getmodule(frame, frame.f_code.co_filename),
+                inspect.getmodule(code, "<string>"), inspect.getmodule(np.add))
+
+    with module_scans_skipped():
+        assert inspect.getmodule is not original
+        shortcut = answers()
+    assert inspect.getmodule is original
+    assert shortcut == answers() == (sys.modules[__name__], None, np)

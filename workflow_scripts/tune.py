@@ -5,14 +5,17 @@ import json
 import sys
 
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.stages.common import without_torch
 from kokoro_tvm.stages.tune import tune
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--relax", required=True, help="results/relax/{component}/{lstm}/b{bucket}.json")
+    parser.add_argument("--relax", required=True,
+                        help="results/relax/{component}/{lstm}/b{bucket}.json")
     parser.add_argument("--target-options", required=True,
-                        help='TVM target in dict form, as JSON, e.g. {"kind": "llvm", "mcpu": "host"}')
+                        help='TVM target in dict form, as JSON, e.g. '
+                             '{"kind": "llvm", "mcpu": "host"}')
     parser.add_argument("--max-trials", type=int, required=True, help="measured candidates in all")
     parser.add_argument("--trials-per-task", type=int, required=True,
                         help="measured candidates per kernel at most")
@@ -21,6 +24,7 @@ def main() -> None:
     parser.add_argument("--out", required=True,
                         help="results/tune/{target}/{component}/{lstm}/b{bucket} (a folder)")
     args = parser.parse_args()
+    without_torch()
     figures = tune(args.relax, json.loads(args.target_options), args.max_trials,
                    args.trials_per_task, args.out, args.threads)
     print(json.dumps(figures))

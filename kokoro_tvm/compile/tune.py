@@ -9,6 +9,8 @@ database is only meaningful for a target this machine can run.
 """
 from __future__ import annotations
 
+import contextlib
+import inspect
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,36 @@ import tvm
 from kokoro_tvm.compile.lower import fused_kernels
 
 BUILD_TIMEOUT_SECONDS = 300
+
+
+def _module_of(scan):
+    """``inspect.getmodule`` that answers at once for frames of pseudo files ("<string>",
+    "<frozen importlib._bootstrap>"): no module has such a file, so the full scan of
+    ``sys.modules`` that Python repeats for every miss can only find none."""
+    def getmodule(obj, _filename=None):
+        if _filename is not None and _filename.startswith("<") and not hasattr(obj, "__module__"):
+            return None
+        return scan(obj, _filename)
+    return getmodule
+
+
+def skip_module_scans() -> None:
+    """For this whole process (a builder worker's initializer). MetaSchedule's context and its
+    builder import ``tvm.s_tir.tensor_intrin``, whose TVMScript functions each take
+    ``inspect.stack()`` inside an import: tens of thousands of scans of ``sys.modules``, most
+    of a minute per process (docs/decisions.md, Build time)."""
+    inspect.getmodule = _module_of(inspect.getmodule)
+
+
+@contextlib.contextmanager
+def module_scans_skipped():
+    """``skip_module_scans`` while tuning in this process, undone after."""
+    scan = inspect.getmodule
+    skip_module_scans()
+    try:
+        yield
+    finally:
+        inspect.getmodule = scan
 
 
 def tune(mod: tvm.IRModule, target: tvm.target.Target, work_dir: str | Path, max_trials: int,
@@ -30,11 +62,13 @@ def tune(mod: tvm.IRModule, target: tvm.target.Target, work_dir: str | Path, max
     started = time.perf_counter()
     # A candidate's build runs in a worker process that first imports TVM; MetaSchedule's 30 s
     # default timed every build out on this 2-core machine while other jobs ran.
-    builder = ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_SECONDS)
-    database = ms.tir_integration.tune_tir(
-        kernels, target, str(work_dir), max_trials_global=max_trials,
-        max_trials_per_task=trials_per_task, num_trials_per_iter=min(64, trials_per_task),
-        builder=builder, num_tuning_cores=threads, seed=seed)
+    builder = ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_SECONDS,
+                                      initializer=skip_module_scans)
+    with module_scans_skipped():
+        database = ms.tir_integration.tune_tir(
+            kernels, target, str(work_dir), max_trials_global=max_trials,
+            max_trials_per_task=trials_per_task, num_trials_per_iter=min(64, trials_per_task),
+            builder=builder, num_tuning_cores=threads, seed=seed)
     return {"kernels": len(kernels.functions_items()),
             "tuning_records": len(database.get_all_tuning_records()),
             "max_trials": max_trials, "trials_per_task": trials_per_task,
