@@ -4,9 +4,10 @@ A one-node Slurm cluster (munged, slurmctld, slurmd; tests/slurm/cluster.py) run
 for this module and is shut down by the fixture's finalizer, failures included. Debian's
 packages are installed with apt-get when missing (docs/decisions.md, Slurm).
 
-One target (llvm) of the tiny config is built twice, locally and on the cluster, and the two
-results are compared: bit-identical libraries, the same validation results, params and
-function signatures. The other tests work on copies of the cluster build.
+Two of the tiny config's llvm libraries, the first and the last component (every stage from the
+weights to validation), are built on the cluster and compared with the session's local build of
+the same code (conftest's ``built``): bit-identical libraries and params, the same function
+signatures, validations that pass. The other tests work on copies of the cluster build.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from pathlib import Path
 import pytest
 from conftest import BIN, TINY, copy_workflow, run_snakemake
 
+from kokoro_tvm import paths
+
 sys.path.insert(0, str(Path(__file__).parent / "slurm"))
 from cluster import Cluster, install_with_apt, missing_programs  # noqa: E402
 
@@ -29,12 +32,14 @@ pytestmark = pytest.mark.slurm
 
 WORKFLOW_PARTS = ("Snakefile", "config.yaml", "rules", "workflow_scripts", "envs", "kokoro_tvm",
                   "profiles")
-TARGET = "llvm"
-MANIFEST = f"results/manifest/{TARGET}.json"
-# The build job the cancellation test interrupts, and the library the cluster-generic test
-# rebuilds ("rebuild one bucket", README).
-DECODER_LIB = f"results/lib/{TARGET}/decoder/none/b16.so"
-BERT_LIB = f"results/lib/{TARGET}/bert/none/b16.so"
+# The libraries built on the cluster (the tiny config's one bucket, no LSTM): the build job the
+# cancellation test interrupts, and the library the cluster-generic test rebuilds ("rebuild one
+# bucket", README).
+LIBRARY = {"target": "llvm", "lstm": "none", "bucket": 16}
+DECODER_LIB = paths.LIBRARY.format(component="decoder", **LIBRARY)
+BERT_LIB = paths.LIBRARY.format(component="bert", **LIBRARY)
+# What the cluster builds: both libraries, validated.
+VALIDATIONS = [paths.VALIDATION.format(component=c, **LIBRARY) for c in ("bert", "decoder")]
 # Overrides of the profiles for a 2-CPU test cluster whose jobs take seconds: poll more often
 # than a production profile should, and run validate on one CPU so that two library groups
 # (one CPU each) share the node instead of queueing behind each other.
@@ -45,7 +50,7 @@ TEST_OVERRIDES = {
 
 
 @pytest.fixture(scope="module")
-def workflow(tmp_path_factory) -> Path:
+def slurm_workflow(tmp_path_factory) -> Path:
     """A copy of the workflow (profiles included), so that edits to the checkout while the
     module runs do not make its builds stale (Snakemake's code rerun trigger)."""
     return copy_workflow(tmp_path_factory.mktemp("workflow"), WORKFLOW_PARTS)
@@ -103,67 +108,45 @@ def dry_run_jobs(workflow: Path, workdir: Path, *targets: str) -> list[str]:
     return re.findall(r"^(?:local)?rule (\w+):", done.stdout + done.stderr, re.MULTILINE)
 
 
-def manifest_view(workdir: Path) -> dict:
-    """What must not depend on where a library was built: per (component, lstm, bucket), the
-    target, validation result, function signatures and the library's hash."""
-    manifest = json.loads((workdir / MANIFEST).read_text())
-    view = {}
-    for entry in manifest["libraries"]:
-        key = (entry["component"], entry["lstm"], entry["bucket"], entry["target"])
-        view[key] = {"passed": entry["passed"], "functions": entry["functions"],
-                     "params_sha256": entry["params_sha256"],
-                     "library_sha256": entry["library_sha256"]}
-    return view
+def library_view(workdir: Path, library: str) -> dict:
+    """What must not depend on where a library was built: its bytes' and its params' hashes
+    and its function signatures (the build's .meta.json)."""
+    meta = json.loads((workdir / library).with_suffix(".meta.json").read_text())
+    return {key: meta[key] for key in ("library_sha256", "params_sha256", "functions")}
 
 
 @pytest.fixture(scope="module")
-def local_build(workflow, tmp_path_factory) -> tuple[Path, float]:
-    """The tiny config's llvm libraries built locally (the reference)."""
-    workdir = tmp_path_factory.mktemp("local")
-    started = time.monotonic()
-    run_snakemake(workdir, MANIFEST, snakefile=workflow / "Snakefile")
-    return workdir, time.monotonic() - started
-
-
-@pytest.fixture(scope="module")
-def slurm_build(cluster, workflow, local_build, tmp_path_factory) -> tuple[Path, float, str]:
-    """The same, every job on the cluster through profiles/slurm."""
+def slurm_build(cluster, slurm_workflow, tmp_path_factory) -> tuple[Path, float, str]:
+    """Both libraries and their validations, every job on the cluster through profiles/slurm."""
     workdir = tmp_path_factory.mktemp("onslurm")
     started = time.monotonic()
-    done = on_cluster(cluster, workflow, workdir, "slurm", MANIFEST)
+    done = on_cluster(cluster, slurm_workflow, workdir, "slurm", *VALIDATIONS)
     return workdir, time.monotonic() - started, done.stdout + done.stderr
 
 
-def test_slurm_build_matches_the_local_build(slurm_build, local_build, cluster, workflow,
-                                             tmp_path):
+def test_slurm_build_matches_the_local_build(slurm_build, built, cluster, slurm_workflow):
     workdir, seconds, log = slurm_build
-    local_dir, local_seconds = local_build
-    local, remote = manifest_view(local_dir), manifest_view(workdir)
-    assert set(remote) == set(local) and len(remote) == 5
-    for key in local:
-        assert remote[key]["passed"] and local[key]["passed"], key
-        assert remote[key]["functions"] == local[key]["functions"], key
-        assert remote[key]["params_sha256"] == local[key]["params_sha256"], key
     # The build strips the import's timings from the module (stages/build.py), so the same
     # code and inputs give the same library bytes, on the cluster or here.
-    differing = [k for k in local if remote[k]["library_sha256"] != local[k]["library_sha256"]]
-    assert differing == [], differing
-    for report in (workdir / "results/validate").rglob("*.json"):
-        local_report = json.loads((local_dir / report.relative_to(workdir)).read_text())
-        assert json.loads(report.read_text())["passed"] and local_report["passed"], report
+    for library in (BERT_LIB, DECODER_LIB):
+        assert library_view(workdir, library) == library_view(built, library), library
+    for report in VALIDATIONS:
+        assert json.loads((workdir / report).read_text())["passed"], report
+        assert json.loads((built / report).read_text())["passed"], report
 
     # Every job ran on the cluster, grouped: count the Slurm jobs that ran.
     jobs = cluster.run("squeue", "--noheader", "--states=all", "--format=%i %T").stdout.split()
     states = dict(zip(jobs[::2], jobs[1::2]))
     submitted = log.count("has been submitted with SLURM jobid")
-    print(f"\nlocal build {local_seconds:.0f} s, slurm build {seconds:.0f} s, "
-          f"{submitted} slurm jobs ({sorted(set(states.values()))})")
-    assert submitted and all(s == "COMPLETED" for s in states.values()), states
+    print(f"\nslurm build {seconds:.0f} s, {submitted} slurm jobs ({sorted(set(states.values()))})")
+    # One job for the assets, one per library.
+    assert submitted == 3 and all(s == "COMPLETED" for s in states.values()), (submitted, states)
     # Nothing is left to do, locally or on the cluster.
-    assert dry_run_jobs(workflow, workdir, MANIFEST) == []
+    assert dry_run_jobs(slurm_workflow, workdir, *VALIDATIONS) == []
 
 
-def test_slurm_generic_profile_rebuilds_one_library(cluster, workflow, slurm_build, tmp_path):
+def test_slurm_generic_profile_rebuilds_one_library(cluster, slurm_workflow, slurm_build,
+                                                    tmp_path):
     """`snakemake --profile profiles/slurm-generic <one library>` rebuilds just that library."""
     source, _, _ = slurm_build
     workdir = copy_build(source, tmp_path / "generic")
@@ -171,14 +154,15 @@ def test_slurm_generic_profile_rebuilds_one_library(cluster, workflow, slurm_bui
     expected = json.loads(library.with_suffix(".meta.json").read_text())["library_sha256"]
     library.unlink()
     library.with_suffix(".meta.json").unlink()
-    done = on_cluster(cluster, workflow, workdir, "slurm-generic", BERT_LIB)
+    done = on_cluster(cluster, slurm_workflow, workdir, "slurm-generic", BERT_LIB)
     log = done.stdout + done.stderr
     assert log.count("with external jobid") == 1 and "rule build:" in log, log
     meta = json.loads(library.with_suffix(".meta.json").read_text())
     assert meta["library_sha256"] == expected
 
 
-def test_cancelled_job_leaves_no_library_and_a_rerun_completes(cluster, workflow, slurm_build,
+def test_cancelled_job_leaves_no_library_and_a_rerun_completes(cluster, slurm_workflow,
+                                                                slurm_build,
                                                                 tmp_path):
     """scancel while the decoder's build runs on the cluster: no library that looks finished;
     the next run builds it."""
@@ -189,7 +173,7 @@ def test_cancelled_job_leaves_no_library_and_a_rerun_completes(cluster, workflow
     library.unlink()
     meta.unlink()
     # No retry (profiles/slurm has one): this run is to end with the cancelled job.
-    process = on_cluster(cluster, workflow, workdir, "slurm", DECODER_LIB, "--retries", "0",
+    process = on_cluster(cluster, slurm_workflow, workdir, "slurm", DECODER_LIB, "--retries", "0",
                          wait=False)
     try:
         build_pid = wait_for_build_process(workdir, process, timeout=300)
@@ -212,15 +196,15 @@ def test_cancelled_job_leaves_no_library_and_a_rerun_completes(cluster, workflow
     # (Snakemake removes the folder it made for the failed job's outputs.)
     if library.parent.exists():
         assert not [p for p in library.parent.iterdir() if p.name.startswith("b16")]
-    assert dry_run_jobs(workflow, workdir, DECODER_LIB) == ["build"]
+    assert dry_run_jobs(slurm_workflow, workdir, DECODER_LIB) == ["build"]
 
     # The same request again. (Asking for the manifest instead would do nothing: Snakemake
     # does not rebuild a missing intermediate file whose consumers are up to date.)
-    done = on_cluster(cluster, workflow, workdir, "slurm", DECODER_LIB)
+    done = on_cluster(cluster, slurm_workflow, workdir, "slurm", DECODER_LIB)
     assert library.exists() and meta.exists(), done.stdout + done.stderr
     assert json.loads(meta.read_text())["library_sha256"] == json.loads(
         (source / DECODER_LIB).with_suffix(".meta.json").read_text())["library_sha256"]
-    assert dry_run_jobs(workflow, workdir, DECODER_LIB) == []
+    assert dry_run_jobs(slurm_workflow, workdir, DECODER_LIB) == []
 
 
 def wait_for_build_process(workdir: Path, snakemake: subprocess.Popen, timeout: float) -> int:
