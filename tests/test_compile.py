@@ -127,11 +127,11 @@ def test_export_archive_keeps_the_graph_and_leaves_the_weights_out(kmodel, name,
     from kokoro_tvm.stages.common import load_programs, save_programs
 
     with_weights, placeholders = tmp_path / "weights.pt2", tmp_path / "placeholders.pt2"
-    package_pt2(str(with_weights), exported_programs=export_component(kmodel, name, BUCKET))
     programs = export_component(kmodel, name, BUCKET)
+    package_pt2(str(with_weights), exported_programs=programs)
     weight_bytes = sum(v.numel() * v.element_size() for p in programs.values()
                        for v in p.state_dict.values())
-    save_programs(programs, placeholders)
+    save_programs(programs, placeholders)  # replaces the programs' parameters
     assert placeholders.stat().st_size < 0.2 * weight_bytes < with_weights.stat().st_size
     imported = [import_programs(load_programs(path), lstm_of(name))[0].script(show_meta=False)
                 for path in (with_weights, placeholders)]
