@@ -51,7 +51,6 @@ def test_tuned_kernels_replace_our_schedules_and_compute_the_same(tmp_path):
         np.testing.assert_allclose(got, np.tanh(x @ w.T), rtol=1e-5, atol=1e-5, err_msg=name)
 
 
-
 def test_skipped_module_scans_give_getmodules_answers():
     """The shortcut tuning takes through ``inspect.getmodule`` answers as Python does: the
     module of a frame in a real file, none for a pseudo file, and is undone after."""

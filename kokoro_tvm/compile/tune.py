@@ -22,23 +22,21 @@ from kokoro_tvm.compile.lower import fused_kernels
 BUILD_TIMEOUT_SECONDS = 300
 
 
-def _module_of(scan):
-    """``inspect.getmodule`` that answers at once for frames of pseudo files ("<string>",
-    "<frozen importlib._bootstrap>"): no module has such a file, so the full scan of
-    ``sys.modules`` that Python repeats for every miss can only find none."""
+def skip_module_scans() -> None:
+    """For this whole process (a builder worker's initializer): ``inspect.getmodule`` answers
+    at once for frames of pseudo files ("<string>", "<frozen importlib._bootstrap>"), where
+    Python scans all of ``sys.modules`` on every call and can find no module. MetaSchedule's
+    context and its builder import ``tvm.s_tir.tensor_intrin``, whose TVMScript functions each
+    take ``inspect.stack()`` inside an import: tens of thousands of such scans, most of a minute
+    per process (docs/decisions.md, Build time)."""
+    scan = inspect.getmodule
+
     def getmodule(obj, _filename=None):
         if _filename is not None and _filename.startswith("<") and not hasattr(obj, "__module__"):
             return None
         return scan(obj, _filename)
-    return getmodule
 
-
-def skip_module_scans() -> None:
-    """For this whole process (a builder worker's initializer). MetaSchedule's context and its
-    builder import ``tvm.s_tir.tensor_intrin``, whose TVMScript functions each take
-    ``inspect.stack()`` inside an import: tens of thousands of scans of ``sys.modules``, most
-    of a minute per process (docs/decisions.md, Build time)."""
-    inspect.getmodule = _module_of(inspect.getmodule)
+    inspect.getmodule = getmodule
 
 
 @contextlib.contextmanager
