@@ -138,6 +138,43 @@ def test_export_archive_keeps_the_graph_and_leaves_the_weights_out(kmodel, name,
     assert imported[0] == imported[1]
 
 
+def test_archive_loads_alike_with_type_hints_cached(kmodel, tmp_path):
+    """load_programs (typing's answers cached while torch deserializes) reads the same programs
+    as torch's own loader, and leaves typing as it found it; the cache answers as typing does,
+    and asks typing again for what it cannot key."""
+    import typing
+
+    from torch.export.pt2_archive._package import load_pt2
+
+    from kokoro_tvm.stages.common import load_programs, save_programs, type_hints_cached
+
+    archive = tmp_path / "bert.pt2"
+    save_programs(export_component(kmodel, "bert", BUCKET), archive)
+    original = typing.get_type_hints
+    cached = load_programs(archive)
+    plain = dict(load_pt2(str(archive)).exported_programs)
+    assert typing.get_type_hints is original
+    assert cached.keys() == plain.keys()
+    for name, program in plain.items():
+        assert cached[name].graph_module.code == program.graph_module.code
+        assert str(cached[name].graph_signature) == str(program.graph_signature)
+        assert {k: (v.shape, v.stride()) for k, v in cached[name].state_dict.items()} == {
+            k: (v.shape, v.stride()) for k, v in program.state_dict.items()}
+    with type_hints_cached():
+        assert typing.get_type_hints is not original
+        assert typing.get_type_hints(SimpleNamespace) == original(SimpleNamespace)
+        hints = typing.get_type_hints(load_programs)
+        assert hints == original(load_programs) and hints
+        assert typing.get_type_hints(load_programs) is hints
+        unhashable = _Unhashable()
+        assert typing.get_type_hints(unhashable) == original(unhashable) == {"size": int}
+
+
+class _Unhashable:
+    __hash__ = None
+    size: int
+
+
 _FAULTS_OF_REUSE = """
 import ctypes, resource, sys
 from kokoro_tvm.stages.common import keep_freed_memory

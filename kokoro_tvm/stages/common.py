@@ -1,7 +1,9 @@
 """What several stages share: the model, the .pt2 archive format, import figures."""
 from __future__ import annotations
 
+import contextlib
 import sys
+import typing
 from pathlib import Path
 
 from kokoro_tvm.atomic import atomic_path
@@ -68,7 +70,34 @@ def load_programs(path: PathLike) -> dict:
     """The archive's programs; their parameters are placeholders (``save_programs``)."""
     from torch.export.pt2_archive._package import load_pt2
 
-    return dict(load_pt2(str(path)).exported_programs)
+    with type_hints_cached():
+        return dict(load_pt2(str(path)).exported_programs)
+
+
+@contextlib.contextmanager
+def type_hints_cached():
+    """``typing.get_type_hints`` remembers its answers while the block runs. torch.export's
+    deserializer asks it about the same few schema classes for every field of every node it
+    reads (45,000 calls for a decoder archive, most of the load's time: docs/decisions.md,
+    Build time), and the classes do not change meanwhile."""
+    original = typing.get_type_hints
+    answers = {}
+
+    def get_type_hints(obj, globalns=None, localns=None, include_extras=False):
+        key = (obj, id(globalns), id(localns), include_extras)
+        try:
+            return answers[key][-1]
+        except KeyError:  # the namespaces are kept with the answer, so their ids stay theirs
+            answers[key] = (globalns, localns, original(obj, globalns, localns, include_extras))
+            return answers[key][-1]
+        except TypeError:  # an unhashable object: asked as is
+            return original(obj, globalns, localns, include_extras)
+
+    typing.get_type_hints = get_type_hints
+    try:
+        yield
+    finally:
+        typing.get_type_hints = original
 
 
 def keep_freed_memory() -> None:
