@@ -139,15 +139,35 @@ def test_readme_deployment_speaks_within_the_memory_bar(runtime_venv, real_built
 def test_bench_e2e_measures_the_tvm_engine_in_the_runtime_only_install(runtime_venv, real_built,
                                                                        tmp_path):
     """bench_e2e's --runtime-python: the TVM engine's child runs there, without PyTorch, and
-    its peak memory is reported (one round, TVM alone: the figures' plumbing, not speed)."""
-    out = tmp_path / "e2e.json"
+    its peak memory is reported (one round, TVM alone, one short sentence of --text: the
+    figures' plumbing, not speed)."""
+    out, text = tmp_path / "e2e.json", tmp_path / "text.txt"
+    text.write_text("Hello there.\n\n", encoding="utf-8")
     done = subprocess.run([sys.executable, str(REPO / "workflow_scripts/bench_e2e.py"),
                            "--root", str(real_built), "--engines", "tvm", "--rounds", "1",
+                           "--text", str(text),
                            "--runtime-python", str(runtime_venv / "bin/python"),
                            "--out-json", str(out), "--out-plot", str(tmp_path / "e2e.png")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    (tvm,) = json.loads(out.read_text())["engines"]
+    figures = json.loads(out.read_text())
+    (tvm,) = figures["engines"]
+    assert figures["sentences"] == ["Hello there."]
     assert tvm["python"] == str(runtime_venv / "bin/python") and tvm["torch_loaded"] is False
     assert 0 < tvm["peak_rss_mb"] <= MAX_PEAK_RSS_MB and tvm["rtf"] > 0
     assert tvm["first_audio_lead"] is True and tvm["first_audio_seconds"] > 0
+
+
+@pytest.mark.parametrize("content, message", [(None, "No such file or directory"),
+                                              ("\n  \n", "no sentence in the file")])
+def test_bench_e2e_refuses_a_text_without_sentences_before_loading(tmp_path, content, message):
+    text = tmp_path / "text.txt"
+    if content is not None:
+        text.write_text(content, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(REPO / "workflow_scripts/bench_e2e.py"),
+                           "--root", str(tmp_path), "--text", str(text),
+                           "--out-json", str(tmp_path / "e2e.json"),
+                           "--out-plot", str(tmp_path / "e2e.png")],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and f"--text {text}: {message}" in done.stderr
+    assert not (tmp_path / "e2e.json").exists()

@@ -3,6 +3,7 @@
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.measure import bench_e2e
@@ -21,12 +22,24 @@ def main() -> None:
                         help="run the TVM engine with this interpreter: that of a runtime-only "
                              "install (pip install kokoro-tvm), so that its peak memory is a "
                              "deployment's, without PyTorch")
+    parser.add_argument("--text", default=None,
+                        help="a text file, one sentence per line, timed instead of the "
+                             "benchmark's own sentences (first audio keeps its paragraph)")
     parser.add_argument("--out-json", required=True)
     parser.add_argument("--out-plot", required=True)
     args = parser.parse_args()
+    texts = bench_e2e.SENTENCES
+    if args.text:
+        try:
+            lines = Path(args.text).read_text(encoding="utf-8").splitlines()
+        except OSError as err:
+            parser.error(f"--text {args.text}: {err.strerror}")
+        texts = [line.strip() for line in lines if line.strip()]
+        if not texts:
+            parser.error(f"--text {args.text}: no sentence in the file")
     figures = bench_e2e.run(args.root, args.target, args.threads, args.voice,
                             args.engines.split(","), args.rounds, args.out_json, args.out_plot,
-                            args.runtime_python)
+                            args.runtime_python, texts)
     print(json.dumps(figures, indent=1))
 
 

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -97,9 +97,10 @@ def _make_engine(name: str, root: Path, target: str, threads: int):
 
 
 def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
-                  requests: multiprocessing.Queue, replies: multiprocessing.Queue) -> None:
+                  texts: Sequence[str], requests: multiprocessing.Queue,
+                  replies: multiprocessing.Queue) -> None:
     """A child process: load and warm up one engine, then answer "round" requests with one
-    timed pass over the sentences and the first-audio latency, and "stop" with its figures."""
+    timed pass over ``texts`` and the first-audio latency, and "stop" with its figures."""
     os.environ["TVM_NUM_THREADS"] = str(threads)  # read when TVM's thread pool starts
     if name == "tvm":  # as `kokoro-tvm say` runs it
         from kokoro_tvm.runtime.process import speak_only
@@ -112,7 +113,7 @@ def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
     started = time.perf_counter()
     engine, speaker = _make_engine(name, root, target, threads)
     load_seconds = time.perf_counter() - started
-    for sentence in SENTENCES:  # warm-up: first calls load libraries, prepare weights, allocate
+    for sentence in texts:  # warm-up: first calls load libraries, prepare weights, allocate
         speak(engine, sentence, voice, speaker=speaker)
     first = next(iter(speak_chunks(engine, PARAGRAPH, voice, speaker=speaker, per_sentence=True)))
     # Whether first audio is a lead (the first sentence's first words) or a whole sentence.
@@ -120,7 +121,7 @@ def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
     replies.put("ready")
     while requests.get() == "round":
         synth, audio = 0.0, 0.0
-        for sentence in SENTENCES:
+        for sentence in texts:
             started = time.perf_counter()
             samples = len(speak(engine, sentence, voice, speaker=speaker))
             synth += time.perf_counter() - started
@@ -194,21 +195,23 @@ def _reply(name: str, child, replies: multiprocessing.Queue):
 
 
 def benchmark(root: str | Path, target: str = "llvm", threads: int = 2, voice: str = "af_heart",
-              engines=ENGINES, rounds: int = ROUNDS,
-              runtime_python: str | None = None) -> dict[str, Any]:
-    """Every engine's figures, measured in interleaved rounds (module docstring). The TVM
-    engine runs under ``runtime_python`` when given: the interpreter of a runtime-only install
-    (no PyTorch), whose memory is what a deployment pays."""
+              engines=ENGINES, rounds: int = ROUNDS, runtime_python: str | None = None,
+              texts: Sequence[str] = SENTENCES) -> dict[str, Any]:
+    """Every engine's figures, measured in interleaved rounds (module docstring), synthesis
+    timed on ``texts``. The TVM engine runs under ``runtime_python`` when given: the
+    interpreter of a runtime-only install (no PyTorch), whose memory is what a deployment
+    pays."""
     context = multiprocessing.get_context("spawn")
     children = {}
     for name in engines:  # one at a time, so that loading and warm-up do not overlap
         if name == "tvm" and runtime_python:
-            child = _OtherPython(runtime_python, name, root, target, threads, voice)
+            child = _OtherPython(runtime_python, name, root, target, threads, voice,
+                                 json.dumps(list(texts)))
             requests, replies = child, child.replies
         else:
             requests, replies = context.Queue(), context.Queue()
             child = context.Process(target=_serve_engine, args=(
-                name, Path(root), target, threads, voice, requests, replies))
+                name, Path(root), target, threads, voice, texts, requests, replies))
             child.start()
         _reply(name, child, replies)
         children[name] = (child, requests, replies)
@@ -233,7 +236,7 @@ def benchmark(root: str | Path, target: str = "llvm", threads: int = 2, voice: s
     torch_rtf = next((r["rtf"] for r in results if r["engine"] == "torch"), None)
     for result in results:
         result["rtf_vs_torch"] = result["rtf"] / torch_rtf if torch_rtf else None
-    return {"target": target, "threads": threads, "voice": voice, "sentences": list(SENTENCES),
+    return {"target": target, "threads": threads, "voice": voice, "sentences": list(texts),
             "first_audio_paragraph": PARAGRAPH, "rounds": rounds, "cpu_count": os.cpu_count(),
             "engines": results}
 
@@ -261,14 +264,15 @@ def plot(figures: dict[str, Any], dest: str | Path) -> None:
 
 def run(root: str | Path, target: str, threads: int, voice: str, engines: list[str],
         rounds: int, out_json: str | Path, out_plot: str | Path,
-        runtime_python: str | None = None) -> dict[str, Any]:
+        runtime_python: str | None = None, texts: Sequence[str] = SENTENCES) -> dict[str, Any]:
     """results/bench/e2e/{target}.json and .png."""
-    figures = benchmark(root, target, threads, voice, engines, rounds, runtime_python)
+    figures = benchmark(root, target, threads, voice, engines, rounds, runtime_python, texts)
     write_json(out_json, figures)
     plot(figures, out_plot)
     return figures
 
 
 if __name__ == "__main__":  # an engine's child under another interpreter (_OtherPython)
-    name, root, target, threads, voice = sys.argv[1:]
-    _serve_engine(name, Path(root), target, int(threads), voice, _Pipes(), _Pipes())
+    name, root, target, threads, voice, texts = sys.argv[1:]
+    _serve_engine(name, Path(root), target, int(threads), voice, json.loads(texts), _Pipes(),
+                  _Pipes())

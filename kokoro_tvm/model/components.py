@@ -114,14 +114,23 @@ def _as_tuple(out) -> tuple[torch.Tensor, ...]:
 def run_reference(kmodel, name: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """All functions of a component in PyTorch, chained, on the model's device: example inputs
     plus every output."""
-    component = COMPONENTS[name]
-    wrapper = component.wrapper(kmodel).eval()
     env = on_device(inputs, model_device(kmodel))
-    with patched(component.patches), torch.no_grad():
-        for fn in component.functions:
-            outs = _as_tuple(getattr(wrapper, method(fn))(*(env[i] for i in fn.inputs)))
-            env.update(zip(fn.outputs, outs))
+    for fn in COMPONENTS[name].functions:
+        env.update(run_function(kmodel, name, fn.name, env))
     return env
+
+
+def run_function(kmodel, name: str, function: str, values: dict[str, torch.Tensor]
+                 ) -> dict[str, torch.Tensor]:
+    """One function of a component in PyTorch, on the model's device, on ``values`` (its inputs
+    among others): its outputs by name."""
+    component = COMPONENTS[name]
+    fn = next(f for f in component.functions if f.name == function)
+    wrapper = component.wrapper(kmodel).eval()
+    args = on_device({i: values[i] for i in fn.inputs}, model_device(kmodel))
+    with patched(component.patches), torch.no_grad():
+        return dict(zip(fn.outputs, _as_tuple(getattr(wrapper, method(fn))(
+            *(args[i] for i in fn.inputs)))))
 
 
 def run_exact_length(kmodel, name: str, inputs: dict[str, torch.Tensor]
