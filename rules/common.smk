@@ -53,6 +53,7 @@ def _module_file(name):
     return None
 
 
+@functools.cache  # per parse: every closure below walks the same modules
 def _imported(path):
     """Package modules a file imports anywhere in it (function-level imports too)."""
     import ast
@@ -72,7 +73,7 @@ def _imported(path):
                 file = _module_file(".".join(parts[:i]))
                 if file is not None:
                     found.add(file)
-    return found
+    return frozenset(found)
 
 
 def code_inputs(script_name, lstm=True, gpu=True):
