@@ -158,7 +158,7 @@ def test_aarch64_library_runs_under_emulation_and_matches_pytorch(other_built, a
     for fn in component.functions:
         outs = run(fn.name, {i: chained[i] for i in fn.inputs})
         if fn.tight:
-            want = run_function(kmodel, name, fn.name,
+            want = run_function(kmodel, name, fn,
                                 {i: torch.from_numpy(chained[i]) for i in fn.inputs})
             for out_name, out in zip(fn.outputs, outs):
                 metrics = tight_metrics(out, want[out_name].numpy(), TIGHT_RELATIVE)

@@ -116,16 +116,15 @@ def run_reference(kmodel, name: str, inputs: dict[str, torch.Tensor]) -> dict[st
     plus every output."""
     env = on_device(inputs, model_device(kmodel))
     for fn in COMPONENTS[name].functions:
-        env.update(run_function(kmodel, name, fn.name, env))
+        env.update(run_function(kmodel, name, fn, env))
     return env
 
 
-def run_function(kmodel, name: str, function: str, values: dict[str, torch.Tensor]
+def run_function(kmodel, name: str, fn: Function, values: dict[str, torch.Tensor]
                  ) -> dict[str, torch.Tensor]:
     """One function of a component in PyTorch, on the model's device, on ``values`` (its inputs
     among others): its outputs by name."""
     component = COMPONENTS[name]
-    fn = next(f for f in component.functions if f.name == function)
     wrapper = component.wrapper(kmodel).eval()
     args = on_device({i: values[i] for i in fn.inputs}, model_device(kmodel))
     with patched(component.patches), torch.no_grad():

@@ -84,14 +84,14 @@ def type_hints_cached():
     answers = {}
 
     def get_type_hints(obj, globalns=None, localns=None, include_extras=False):
-        key = (obj, id(globalns), id(localns), include_extras)
         try:
-            return answers[key][-1]
-        except KeyError:  # the namespaces are kept with the answer, so their ids stay theirs
-            answers[key] = (globalns, localns, original(obj, globalns, localns, include_extras))
-            return answers[key][-1]
+            hash(obj)
         except TypeError:  # an unhashable object: asked as is
             return original(obj, globalns, localns, include_extras)
+        key = (obj, id(globalns), id(localns), include_extras)
+        if key not in answers:  # the namespaces are kept with the answer: their ids stay theirs
+            answers[key] = (globalns, localns, original(obj, globalns, localns, include_extras))
+        return answers[key][-1]
 
     typing.get_type_hints = get_type_hints
     try:
