@@ -1,4 +1,9 @@
-"""Shared fixtures: the repository, a Snakemake runner in a scratch folder, the tiny config."""
+"""Shared fixtures: the repository, a Snakemake runner in a scratch folder, the tiny config.
+
+The suite runs in two pytest-xdist workers (pyproject's addopts), one module at a time each, so
+that one fills the core the other leaves idle (serial compilation, Slurm's polling, pip). The
+session fixtures that build or install are made once for both (``once``).
+"""
 from __future__ import annotations
 
 import json
@@ -6,9 +11,11 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "data" / "tiny.yaml"
@@ -16,6 +23,46 @@ REAL_SMALL = REPO / "tests" / "data" / "real_small.yaml"
 BIN = Path(sys.executable).parent
 # Targets this machine builds but cannot run (tests/test_targets.py, tests/test_gpu.py).
 OTHER_TARGETS = ["cuda", "aarch64"]
+
+
+# Modules that start the shared builds (real_built, built), then the longest, in that order; the
+# rest keep pytest's order. A worker takes the next module when it finishes one: started first,
+# the builds are ready before the modules behind them ask, and the longest modules do not end
+# the run alone.
+FIRST_MODULES = ["test_e2e.py", "test_cli.py", "test_slurm.py", "test_gpu.py", "test_compile.py",
+                 "test_runtime_only.py", "test_pipeline.py", "test_targets.py", "test_lstm.py"]
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        name = item.path.name
+        return FIRST_MODULES.index(name) if name in FIRST_MODULES else len(FIRST_MODULES)
+
+    items.sort(key=rank)  # stable: each module's own order stays
+
+
+def run_folder(tmp_path_factory) -> Path:
+    """The run's scratch folder, which every worker's own is inside."""
+    own = tmp_path_factory.getbasetemp()
+    return own.parent if os.environ.get("PYTEST_XDIST_WORKER") else own
+
+
+def once(tmp_path_factory, name: str, make: Callable[[Path], str]) -> str:
+    """``make(folder)``'s answer, computed once per run for every xdist worker: the first to ask
+    runs it under a file lock with a fresh ``folder`` of the run, the others wait and get the
+    same answer (or its failure)."""
+    shared = run_folder(tmp_path_factory)
+    done, failed = shared / f"{name}.done", shared / f"{name}.failed"
+    with FileLock(shared / f"{name}.lock"):
+        if failed.exists():
+            pytest.fail(f"{name} failed in another worker:\n{failed.read_text()}", pytrace=False)
+        if not done.exists():
+            try:
+                done.write_text(make(shared / name))
+            except Exception as error:
+                failed.write_text(f"{type(error).__name__}: {error}")
+                raise
+        return done.read_text()
 
 
 def model_folder(root: Path, target: str = "llvm") -> Path:
@@ -40,21 +87,28 @@ def run_snakemake(workdir: Path, *args: str, configfiles=(TINY,), check: bool = 
     return done
 
 
+def snakemake_once(tmp_path_factory, name: str, *args: str, **kwargs) -> Path:
+    """A folder of the run in which ``run_snakemake(folder, *args, **kwargs)`` ran once."""
+    def make(folder: Path) -> str:
+        run_snakemake(folder, *args, **kwargs)
+        return str(folder)
+
+    return Path(once(tmp_path_factory, name, make))
+
+
 @pytest.fixture(scope="session")
 def tiny_assets(tmp_path_factory) -> Path:
     """A scratch folder with the tiny random-weight assets built by the workflow."""
-    workdir = tmp_path_factory.mktemp("tiny")
-    run_snakemake(workdir, "results/assets/kokoro-82m.pth", "results/assets/voices/af_heart.npy")
-    return workdir
+    return snakemake_once(tmp_path_factory, "tiny", "results/assets/kokoro-82m.pth",
+                          "results/assets/voices/af_heart.npy")
 
 
 @pytest.fixture(scope="session")
 def real_assets(tmp_path_factory) -> Path:
     """A scratch folder with the default (real Kokoro-82M) assets built by the workflow."""
-    workdir = tmp_path_factory.mktemp("real")
-    run_snakemake(workdir, "results/assets/kokoro-82m.pth", "results/assets/voices/af_heart.npy",
-                  "results/assets/voices/am_adam.npy", configfiles=())
-    return workdir
+    return snakemake_once(tmp_path_factory, "real", "results/assets/kokoro-82m.pth",
+                          "results/assets/voices/af_heart.npy",
+                          "results/assets/voices/am_adam.npy", configfiles=())
 
 
 WORKFLOW_PARTS = ("Snakefile", "config.yaml", "rules", "workflow_scripts", "envs", "kokoro_tvm")
@@ -63,6 +117,7 @@ WORKFLOW_PARTS = ("Snakefile", "config.yaml", "rules", "workflow_scripts", "envs
 def copy_workflow(dest: Path, parts=WORKFLOW_PARTS) -> Path:
     """The workflow's files copied to ``dest``, so that edits to the checkout (or by a test)
     do not make a build stale through Snakemake's code rerun trigger."""
+    dest.mkdir(parents=True, exist_ok=True)
     for part in parts:
         source = REPO / part
         if source.is_dir():
@@ -74,20 +129,20 @@ def copy_workflow(dest: Path, parts=WORKFLOW_PARTS) -> Path:
 
 @pytest.fixture(scope="session")
 def workflow(tmp_path_factory) -> Path:
-    """A copy of the workflow whose code files tests may edit without touching the repository."""
-    return copy_workflow(tmp_path_factory.mktemp("workflow"))
+    """A copy of the workflow whose code files tests may edit without touching the repository
+    (one for both workers: the builds below record its paths)."""
+    return Path(once(tmp_path_factory, "workflow", lambda folder: str(copy_workflow(folder))))
 
 
 @pytest.fixture(scope="session")
 def real_built(workflow, tmp_path_factory) -> Path:
     """A finished `snakemake all` with the real weights and tests/data/real_small.yaml."""
-    workdir = tmp_path_factory.mktemp("real_built")
-    run_snakemake(workdir, "all", snakefile=workflow / "Snakefile", configfiles=(REAL_SMALL,))
-    return workdir
+    return snakemake_once(tmp_path_factory, "real_built", "all",
+                          snakefile=workflow / "Snakefile", configfiles=(REAL_SMALL,))
 
 
 @pytest.fixture(scope="session")
-def real_int8_built(real_built, workflow) -> Path:
+def real_int8_built(real_built, workflow, tmp_path_factory) -> Path:
     """``real_built`` with the int8 target (config.yaml's llvm_int8) built beside llvm; skips
     where this CPU cannot run int8 libraries (no AVX-512 VNNI)."""
     from kokoro_tvm.compile.quantize import missing_features
@@ -96,33 +151,49 @@ def real_int8_built(real_built, workflow) -> Path:
     missing = missing_features(make_target({"kind": "llvm", "mcpu": "host"}))
     if missing:
         pytest.skip(f"this CPU lacks {', '.join(missing)}: int8 libraries cannot run here")
-    run_snakemake(real_built, "all", "--config", 'targets=["llvm","llvm_int8"]',
-                  snakefile=workflow / "Snakefile", configfiles=(REAL_SMALL,))
-    return real_built
+
+    def make(_) -> str:
+        run_snakemake(real_built, "all", "--config", 'targets=["llvm","llvm_int8"]',
+                      snakefile=workflow / "Snakefile", configfiles=(REAL_SMALL,))
+        return str(real_built)
+
+    return Path(once(tmp_path_factory, "real_int8_built", make))
 
 
 @pytest.fixture(scope="session")
 def built(workflow, tmp_path_factory) -> Path:
     """A finished `snakemake all` on the tiny config."""
-    workdir = tmp_path_factory.mktemp("built")
-    run_snakemake(workdir, "all", snakefile=workflow / "Snakefile")
-    return workdir
+    return snakemake_once(tmp_path_factory, "built", "all", snakefile=workflow / "Snakefile")
+
+
+def apt_lock(tmp_path_factory) -> FileLock:
+    """Held while a fixture may install with apt: two workers' apt-get would fight for dpkg's
+    lock, and the loser fails."""
+    return FileLock(run_folder(tmp_path_factory) / "apt.lock")
 
 
 @pytest.fixture(scope="session")
-def aarch64_env() -> Path:
+def aarch64_env(tmp_path_factory) -> Path:
     """tools/cross/aarch64_env.sh's folder: the aarch64 target's cross linker, and Debian's
     arm64 Python under qemu-user with a runtime-only TVM (installed with apt if missing)."""
-    done = subprocess.run([str(REPO / "tools/cross/aarch64_env.sh")], capture_output=True,
-                          text=True, check=True)
-    return Path(done.stdout.strip().splitlines()[-1])
+    def make(_) -> str:
+        with apt_lock(tmp_path_factory):
+            done = subprocess.run([str(REPO / "tools/cross/aarch64_env.sh")],
+                                  capture_output=True, text=True, check=True)
+        return done.stdout.strip().splitlines()[-1]
+
+    return Path(once(tmp_path_factory, "aarch64_env", make))
 
 
 @pytest.fixture(scope="session")
-def other_built(built, workflow, aarch64_env) -> Path:
-    """The tiny config's cuda and aarch64 libraries beside its llvm ones (built with the same
-    workflow copy, so that the llvm build stays up to date for the staleness tests); the
-    aarch64 ones need the cross linker, whichever test asks first."""
-    run_snakemake(built, "all", "--config", f"targets={json.dumps(OTHER_TARGETS)}",
-                  snakefile=workflow / "Snakefile")
-    return built
+def other_built(built, workflow, aarch64_env, tmp_path_factory) -> Path:
+    """The tiny config's cuda and aarch64 libraries beside its llvm ones, in a copy of ``built``
+    (so that no test sees ``built`` change under it; the same workflow copy, so that the llvm
+    build stays up to date); the aarch64 ones need the cross linker."""
+    def make(folder: Path) -> str:
+        shutil.copytree(built, folder, symlinks=True)
+        run_snakemake(folder, "all", "--config", f"targets={json.dumps(OTHER_TARGETS)}",
+                      snakefile=workflow / "Snakefile")
+        return str(folder)
+
+    return Path(once(tmp_path_factory, "other_built", make))

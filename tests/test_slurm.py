@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, TINY, copy_workflow, run_snakemake
+from conftest import BIN, TINY, apt_lock, copy_workflow, run_snakemake
 
 from kokoro_tvm import paths
 
@@ -59,7 +59,8 @@ def slurm_workflow(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     if missing_programs():
-        install_with_apt()
+        with apt_lock(tmp_path_factory):
+            install_with_apt()
     # A short path: munge's socket path must fit in a sockaddr_un (108 bytes).
     root = Path(tmp_path_factory.mktemp("slurm"))
     cluster = Cluster(root, cpus=2)
