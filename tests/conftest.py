@@ -31,6 +31,9 @@ OTHER_TARGETS = ["cuda", "aarch64"]
 # the run alone.
 FIRST_MODULES = ["test_e2e.py", "test_cli.py", "test_slurm.py", "test_gpu.py", "test_compile.py",
                  "test_runtime_only.py", "test_pipeline.py", "test_targets.py", "test_lstm.py"]
+if missing := [name for name in FIRST_MODULES if not (REPO / "tests" / name).is_file()]:
+    raise RuntimeError(f"tests/conftest.py's FIRST_MODULES names no module {missing}: rename "
+                       "them there too")
 
 
 def pytest_collection_modifyitems(items):
