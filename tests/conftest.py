@@ -30,7 +30,9 @@ OTHER_TARGETS = ["cuda", "aarch64"]
 # the builds are ready before the modules behind them ask, and the longest modules do not end
 # the run alone.
 FIRST_MODULES = ["test_e2e.py", "test_cli.py", "test_slurm.py", "test_gpu.py", "test_compile.py",
-                 "test_runtime_only.py", "test_pipeline.py", "test_targets.py", "test_lstm.py"]
+                 "test_runtime_only.py", "test_pipeline.py", "test_targets.py", "test_lstm.py",
+                 "test_tune.py", "test_int8_onnx.py", "test_assets.py", "test_reference.py",
+                 "test_padding.py"]
 if missing := [name for name in FIRST_MODULES if not (REPO / "tests" / name).is_file()]:
     raise RuntimeError(f"tests/conftest.py's FIRST_MODULES names no module {missing}: rename "
                        "them there too")
