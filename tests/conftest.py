@@ -92,10 +92,22 @@ def run_snakemake(workdir: Path, *args: str, configfiles=(TINY,), check: bool = 
     return done
 
 
-def snakemake_once(tmp_path_factory, name: str, *args: str, **kwargs) -> Path:
-    """A folder of the run in which ``run_snakemake(folder, *args, **kwargs)`` ran once."""
+def workflow_lock(workflow: Path) -> FileLock:
+    """Held by a test that edits the shared workflow copy (tests/test_pipeline.py) and by the
+    session's builds with it, so that no build in the other worker reads an edit."""
+    return FileLock(workflow.with_name(f"{workflow.name}.edits.lock"))
+
+
+def snakemake_once(tmp_path_factory, name: str, *args: str, workflow: Path | None = None,
+                   **kwargs) -> Path:
+    """A folder of the run in which ``run_snakemake(folder, *args, **kwargs)`` ran once, with
+    the checkout's Snakefile or the shared ``workflow`` copy's (under its lock)."""
     def make(folder: Path) -> str:
-        run_snakemake(folder, *args, **kwargs)
+        if workflow is None:
+            run_snakemake(folder, *args, **kwargs)
+        else:
+            with workflow_lock(workflow):
+                run_snakemake(folder, *args, snakefile=workflow / "Snakefile", **kwargs)
         return str(folder)
 
     return Path(once(tmp_path_factory, name, make))
@@ -142,8 +154,8 @@ def workflow(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def real_built(workflow, tmp_path_factory) -> Path:
     """A finished `snakemake all` with the real weights and tests/data/real_small.yaml."""
-    return snakemake_once(tmp_path_factory, "real_built", "all",
-                          snakefile=workflow / "Snakefile", configfiles=(REAL_SMALL,))
+    return snakemake_once(tmp_path_factory, "real_built", "all", workflow=workflow,
+                          configfiles=(REAL_SMALL,))
 
 
 @pytest.fixture(scope="session")
@@ -158,8 +170,9 @@ def real_int8_built(real_built, workflow, tmp_path_factory) -> Path:
         pytest.skip(f"this CPU lacks {', '.join(missing)}: int8 libraries cannot run here")
 
     def make(_) -> str:
-        run_snakemake(real_built, "all", "--config", 'targets=["llvm","llvm_int8"]',
-                      snakefile=workflow / "Snakefile", configfiles=(REAL_SMALL,))
+        with workflow_lock(workflow):
+            run_snakemake(real_built, "all", "--config", 'targets=["llvm","llvm_int8"]',
+                          snakefile=workflow / "Snakefile", configfiles=(REAL_SMALL,))
         return str(real_built)
 
     return Path(once(tmp_path_factory, "real_int8_built", make))
@@ -168,7 +181,7 @@ def real_int8_built(real_built, workflow, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def built(workflow, tmp_path_factory) -> Path:
     """A finished `snakemake all` on the tiny config."""
-    return snakemake_once(tmp_path_factory, "built", "all", snakefile=workflow / "Snakefile")
+    return snakemake_once(tmp_path_factory, "built", "all", workflow=workflow)
 
 
 def apt_lock(tmp_path_factory) -> FileLock:
@@ -197,8 +210,9 @@ def other_built(built, workflow, aarch64_env, tmp_path_factory) -> Path:
     build stays up to date); the aarch64 ones need the cross linker."""
     def make(folder: Path) -> str:
         shutil.copytree(built, folder, symlinks=True)
-        run_snakemake(folder, "all", "--config", f"targets={json.dumps(OTHER_TARGETS)}",
-                      snakefile=workflow / "Snakefile")
+        with workflow_lock(workflow):
+            run_snakemake(folder, "all", "--config", f"targets={json.dumps(OTHER_TARGETS)}",
+                          snakefile=workflow / "Snakefile")
         return str(folder)
 
     return Path(once(tmp_path_factory, "other_built", make))

@@ -22,7 +22,7 @@ from typing import Iterator
 
 import numpy as np
 import yaml
-from conftest import REPO, TINY, run_snakemake
+from conftest import REPO, TINY, run_snakemake, workflow_lock
 
 LSTM_COMPONENTS = {"duration", "text_encoder", "f0n"}
 
@@ -93,16 +93,19 @@ def test_second_run_has_nothing_to_do(built, workflow):
 
 
 @contextlib.contextmanager
-def edited(path: Path) -> Iterator[None]:
-    """``path`` with a line appended (an edit, not a touch: Snakemake compares checksums of
-    small inputs), restored afterwards with its timestamps."""
-    original, stat = path.read_text(), path.stat()
-    path.write_text(original + "\n# an edit\n")
-    try:
-        yield
-    finally:
-        path.write_text(original)
-        os.utime(path, (stat.st_atime, stat.st_mtime))
+def edited(workflow: Path, name: str) -> Iterator[None]:
+    """The workflow copy's file ``name`` with a line appended (an edit, not a touch: Snakemake
+    compares checksums of small inputs), restored afterwards with its timestamps; no build of
+    the other worker runs meanwhile (``workflow_lock``)."""
+    path = workflow / name
+    with workflow_lock(workflow):
+        original, stat = path.read_text(), path.stat()
+        path.write_text(original + "\n# an edit\n")
+        try:
+            yield
+        finally:
+            path.write_text(original)
+            os.utime(path, (stat.st_atime, stat.st_mtime))
 
 
 def test_touching_every_file_of_the_checkout_rebuilds_nothing(built, workflow):
@@ -111,25 +114,26 @@ def test_touching_every_file_of_the_checkout_rebuilds_nothing(built, workflow):
     stamp = time.time() + 5
     touched = [p for p in workflow.rglob("*") if p.is_file()]
     saved = {p: p.stat() for p in touched}
-    try:
-        for path in touched:
-            os.utime(path, (stamp, stamp))
-        assert dry_run(built, workflow, "all") == []
-    finally:
-        for path, stat in saved.items():
-            os.utime(path, (stat.st_atime, stat.st_mtime))
+    with workflow_lock(workflow):
+        try:
+            for path in touched:
+                os.utime(path, (stamp, stamp))
+            assert dry_run(built, workflow, "all") == []
+        finally:
+            for path, stat in saved.items():
+                os.utime(path, (stat.st_atime, stat.st_mtime))
 
 
 def test_runtime_edit_rebuilds_nothing_in_all(built, workflow):
     """The runtime's engine is code no stage of `all` runs."""
-    with edited(workflow / "kokoro_tvm/runtime/engine.py"):
+    with edited(workflow, "kokoro_tvm/runtime/engine.py"):
         assert dry_run(built, workflow, "all") == []
 
 
 def test_facts_edit_rebuilds_what_reads_them(built, workflow):
     """An edit of a shared module reaches every stage that imports it (no hand-kept lists):
     facts.py is read by the model side, so exports and everything after them rerun."""
-    with edited(workflow / "kokoro_tvm/facts.py"):
+    with edited(workflow, "kokoro_tvm/facts.py"):
         jobs = rules_of(dry_run(built, workflow, "all"))
     assert jobs["export"] == 5 and jobs["validate"] == 10 and jobs["manifest"] == 2, jobs
     assert jobs["dist"] == 2, jobs
@@ -147,7 +151,7 @@ def test_adding_a_bucket_builds_only_that_bucket(built, workflow, tmp_path):
 
 def test_lstm_lowering_change_rebuilds_only_lstm_artifacts(built, workflow):
     """An edit of the LSTM lowering reaches the LSTM components only."""
-    with edited(workflow / "kokoro_tvm/compile/lstm.py"):
+    with edited(workflow, "kokoro_tvm/compile/lstm.py"):
         jobs = dry_run(built, workflow, "all")
     assert rules_of(jobs) == {"relax": 3, "lower": 6, "build": 6, "validate": 6,
                               "manifest": 2, "validation_report": 2, "dist": 2}
@@ -161,7 +165,7 @@ def test_gpu_lowering_change_rebuilds_nothing_for_cpu_targets(built, workflow):
     rules/common.smk, GPU_ONLY) leaves both CPU targets' libraries current, though the stage's
     code imports it."""
     assert "gpu_lstm" in (workflow / "kokoro_tvm/compile/lower.py").read_text()
-    with edited(workflow / "kokoro_tvm/compile/gpu_lstm.py"):
+    with edited(workflow, "kokoro_tvm/compile/gpu_lstm.py"):
         jobs = dry_run(built, workflow, "all")
     assert not rules_of(jobs), jobs
 
