@@ -98,6 +98,12 @@ def workflow_lock(workflow: Path) -> FileLock:
     return FileLock(workflow.with_name(f"{workflow.name}.edits.lock"))
 
 
+def run_workflow(workdir: Path, workflow: Path, *args: str, **kwargs) -> None:
+    """``run_snakemake`` with the shared ``workflow`` copy's Snakefile, under its lock."""
+    with workflow_lock(workflow):
+        run_snakemake(workdir, *args, snakefile=workflow / "Snakefile", **kwargs)
+
+
 def snakemake_once(tmp_path_factory, name: str, *args: str, workflow: Path | None = None,
                    **kwargs) -> Path:
     """A folder of the run in which ``run_snakemake(folder, *args, **kwargs)`` ran once, with
@@ -106,8 +112,7 @@ def snakemake_once(tmp_path_factory, name: str, *args: str, workflow: Path | Non
         if workflow is None:
             run_snakemake(folder, *args, **kwargs)
         else:
-            with workflow_lock(workflow):
-                run_snakemake(folder, *args, snakefile=workflow / "Snakefile", **kwargs)
+            run_workflow(folder, workflow, *args, **kwargs)
         return str(folder)
 
     return Path(once(tmp_path_factory, name, make))
@@ -170,9 +175,8 @@ def real_int8_built(real_built, workflow, tmp_path_factory) -> Path:
         pytest.skip(f"this CPU lacks {', '.join(missing)}: int8 libraries cannot run here")
 
     def make(_) -> str:
-        with workflow_lock(workflow):
-            run_snakemake(real_built, "all", "--config", 'targets=["llvm","llvm_int8"]',
-                          snakefile=workflow / "Snakefile", configfiles=(REAL_SMALL,))
+        run_workflow(real_built, workflow, "all", "--config", 'targets=["llvm","llvm_int8"]',
+                     configfiles=(REAL_SMALL,))
         return str(real_built)
 
     return Path(once(tmp_path_factory, "real_int8_built", make))
@@ -210,9 +214,8 @@ def other_built(built, workflow, aarch64_env, tmp_path_factory) -> Path:
     build stays up to date); the aarch64 ones need the cross linker."""
     def make(folder: Path) -> str:
         shutil.copytree(built, folder, symlinks=True)
-        with workflow_lock(workflow):
-            run_snakemake(folder, "all", "--config", f"targets={json.dumps(OTHER_TARGETS)}",
-                          snakefile=workflow / "Snakefile")
+        run_workflow(folder, workflow, "all", "--config",
+                     f"targets={json.dumps(OTHER_TARGETS)}")
         return str(folder)
 
     return Path(once(tmp_path_factory, "other_built", make))
