@@ -27,6 +27,7 @@ from kokoro_tvm.runtime import cuda
 
 sys.path.insert(0, str(REPO / "tools" / "gpu_check"))
 import probes  # noqa: E402
+import sources  # noqa: E402
 
 CUDA = {"kind": "cuda", "arch": "sm_90"}
 
@@ -289,13 +290,43 @@ def test_gpu_check_runs_end_to_end_on_the_cpu(built, tmp_path):
                           capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads(result.read_text())
-    assert summary["passed"] is True
+    assert summary["passed"] is True and summary["stale_sources"] == []
     assert len(summary["libraries"]) == 5 and all(r["passed"] for r in summary["libraries"])
     assert all(r["worst_relative_error"] <= 1e-4 for r in summary["libraries"])
     assert all(r["tvm_round_trip_ms"] > 0 for r in summary["libraries"])
     assert len(summary["end_to_end"]) == 3
     assert all(r["durations_equal"] for r in summary["end_to_end"])
     assert {p["op"] for p in summary["probes"]} == set(document["probes"])
+
+
+def test_gpu_check_refuses_a_bundle_prepared_from_other_code(tmp_path):
+    """check.py compares the bundle's recorded sources with the tree it runs in before any GPU
+    work, in the GPU machine's Python; ``--verify`` does only that. An edited, added or removed
+    file is named."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    recorded = sources.digests(REPO)
+    assert "kokoro_tvm/compile/gpu_lstm.py" in recorded and "tools/gpu_check/check.py" in recorded
+    python = gpu_machine_python(tmp_path / "site")
+
+    def verify(record: dict[str, str], *flags: str) -> subprocess.CompletedProcess:
+        (bundle / "cases.json").write_text(json.dumps({"sources": record}))
+        return subprocess.run([*python, str(REPO / "tools/gpu_check/check.py"), "--bundle",
+                               str(bundle), "--verify", *flags],
+                              capture_output=True, text=True, cwd=tmp_path)
+
+    done = verify(recorded)
+    assert done.returncode == 0 and "prepared from this tree" in done.stdout, done.stderr
+    edited = {**recorded, "kokoro_tvm/compile/gpu_lstm.py": "0" * 64}
+    added = {k: v for k, v in recorded.items() if k != "kokoro_tvm/runtime/cuda.py"}
+    removed = {**recorded, "kokoro_tvm/compile/gone.py": "0" * 64}
+    for record, name in ((edited, "kokoro_tvm/compile/gpu_lstm.py"),
+                         (added, "kokoro_tvm/runtime/cuda.py"),
+                         (removed, "kokoro_tvm/compile/gone.py")):
+        done = verify(record)
+        assert done.returncode != 0
+        assert f"(differing: {name})" in done.stderr and "prepare it again" in done.stderr
+    assert verify(edited, "--stale-ok").returncode == 0
 
 
 @pytest.mark.parametrize("variant", ["block", "steps_u8_k32"])

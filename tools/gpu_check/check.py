@@ -15,6 +15,10 @@
 4. The op probes: every Relax op kind our components call, on the GPU and on the CPU, the
    same seeded inputs at two scales (1 and 1e4: the sine generator's phases are large).
 
+First, before any GPU work, the bundle's recorded sources are compared with this tree
+(sources.py): a bundle prepared from other code is refused. ``--verify`` does only that, on any
+machine: run it before taking the bundle to a GPU.
+
 Usage: python3 tools/gpu_check/check.py --bundle results/gpu_check [--out gpu_check.json]
 """
 from __future__ import annotations
@@ -33,6 +37,16 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 PROBE_SCALES = (1.0, 1e4)
 STYLE_STD = 0.2
+
+
+def stale_sources(bundle: Path) -> list[str]:
+    """The files of this tree that differ from those the bundle was prepared from (sources.py);
+    every file, for a bundle that recorded none."""
+    sys.path.insert(0, str(REPO))  # kokoro_tvm, which sources.py hashes with
+    import sources
+
+    document = json.loads((bundle / "cases.json").read_text())
+    return sources.changed(document.get("sources", {}), REPO)
 
 
 def setup_runtime(bundle: Path) -> None:
@@ -408,7 +422,20 @@ def main() -> None:
     parser.add_argument("--bundle", type=Path, default=REPO / "results" / "gpu_check")
     parser.add_argument("--out", type=Path, default=None, help="JSON of every figure")
     parser.add_argument("--repeat", type=int, default=10, help="timed calls per median")
+    parser.add_argument("--verify", action="store_true",
+                        help="only check that the bundle was prepared from this tree, and exit")
+    parser.add_argument("--stale-ok", action="store_true",
+                        help="run a bundle prepared from other code (its files are reported)")
     args = parser.parse_args()
+    stale = stale_sources(args.bundle)
+    if stale and not args.stale_ok:
+        names = ", ".join(stale[:4]) + (f" and {len(stale) - 4} more" if len(stale) > 4 else "")
+        raise SystemExit(f"{args.bundle} was prepared from other code than this tree (differing: "
+                         f"{names}); build and prepare it again (README: GPU check), or pass "
+                         "--stale-ok")
+    if args.verify:
+        print(f"{args.bundle} was prepared from this tree")
+        return
     setup_runtime(args.bundle)
     import torch
     import tvm
@@ -426,7 +453,7 @@ def main() -> None:
           f"{torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}", flush=True)
     started = time.perf_counter()
     summary: dict = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-                     "libraries": [], "end_to_end": [], "probes": []}
+                     "stale_sources": stale, "libraries": [], "end_to_end": [], "probes": []}
     try:
         kmodel, weights = synthetic_kmodel(args.bundle, document, torch_device)
     except Exception as err:  # noqa: BLE001 - without PyTorch's model, the probes still run

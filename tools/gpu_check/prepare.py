@@ -12,8 +12,10 @@ component at the smallest and largest bucket of config.yaml):
   conv_tiles.py, to choose the GPU contraction's tile; lstm/: the LSTM recurrence alone in each
   GPU form of lstm_kernels.py, to choose compile/gpu_lstm.py's default;
 - cases.json: the libraries, each component's weight spec (shape, mean, std per tensor: the
-  GPU machine regenerates synthetic weights from it and a seed, synthetic.py) and the token ids
-  of the end-to-end sentences (G2P needs spaCy, which the GPU machine lacks);
+  GPU machine regenerates synthetic weights from it and a seed, synthetic.py), the token ids
+  of the end-to-end sentences (G2P needs spaCy, which the GPU machine lacks), and the source
+  files of this tree by sha256 (sources.py: check.py refuses a bundle prepared from other code,
+  so build --root with this tree first);
 - python/: the modules of the kokoro package that KModel needs (no pipeline, no misaki) and
   loguru, for the PyTorch reference there; config.json: the model's hyperparameters;
 - runtime/: a runtime-only TVM (tvm and tvm_ffi without the compiler, libcudart.so.13) and
@@ -38,10 +40,12 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 import conv_tiles  # noqa: E402
 import lstm_kernels  # noqa: E402
 import probes  # noqa: E402
+import sources  # noqa: E402
 
 from kokoro_tvm import paths  # noqa: E402
 from kokoro_tvm.compile import gpu  # noqa: E402
@@ -246,6 +250,7 @@ def prepare(root: Path, out: Path, target: str = "cuda", seed: int = 0,
         "weights": {c: weight_spec(root / paths.PARAMS.format(component=c)) for c in COMPONENTS},
         "sentences": sentences(config, chosen),
         "versions": {d: version(d) for d in ("apache-tvm", "apache-tvm-ffi", "torch", "kokoro")},
+        "sources": sources.digests(REPO),
     }
     (staging / "cases.json").write_text(json.dumps(document, indent=1))
     shutil.copy(root / paths.ASSET_CONFIG, staging / "config.json")
