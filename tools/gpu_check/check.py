@@ -19,6 +19,9 @@ First, before any GPU work, the bundle's recorded sources are compared with this
 (sources.py): a bundle prepared from other code is refused. ``--verify`` does only that, on any
 machine: run it before taking the bundle to a GPU.
 
+``--out`` is rewritten after each library and each part ("complete" is false until the end),
+so that a run the GPU machine's time limit stops still returns what it measured.
+
 Usage: python3 tools/gpu_check/check.py --bundle results/gpu_check [--out gpu_check.json]
 """
 from __future__ import annotations
@@ -382,8 +385,8 @@ def sweep(bundle: Path, document: dict, folder: str, case, repeat: int, toleranc
 
 
 def check_model(kmodel, weights: dict, args, document: dict, device: str, torch_device: str,
-                summary: dict) -> None:
-    """Parts 1 and 2: every library, then the sentences end to end."""
+                summary: dict, save) -> None:
+    """Parts 1 and 2: every library, then the sentences end to end; ``save()`` after each."""
     from kokoro_tvm import paths
 
     folder = Path(tempfile.mkdtemp(prefix="gpu_check_"))
@@ -397,6 +400,7 @@ def check_model(kmodel, weights: dict, args, document: dict, device: str, torch_
             row = {"case": case["stem"], "passed": False,
                    "exception": f"{type(err).__name__}: {str(err)[:500]}"}
         summary["libraries"].append(row)
+        save()
         print(f"{row['case']:26s} {'PASS' if row['passed'] else 'FAIL'}  "
               + (f"worst rel err {row['worst_relative_error']:.2e}  TVM {row['tvm_ms']:.2f} ms  "
                  f"(from host arrays {row['tvm_round_trip_ms']:.2f} ms)  "
@@ -414,6 +418,7 @@ def check_model(kmodel, weights: dict, args, document: dict, device: str, torch_
     except Exception as err:  # noqa: BLE001 - reported; the probes still run
         summary["end_to_end_error"] = f"{type(err).__name__}: {str(err)[:500]}"
         print("e2e failed:", summary["end_to_end_error"], flush=True)
+    save()
 
 
 def main() -> None:
@@ -440,6 +445,7 @@ def main() -> None:
     import torch
     import tvm
 
+    from kokoro_tvm.atomic import write_text
     from kokoro_tvm.measure.metrics import TIGHT_RELATIVE
 
     # PyTorch's reference in full float32: TF32 convolutions and matmuls are off by ~1e-3.
@@ -453,19 +459,28 @@ def main() -> None:
           f"{torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}", flush=True)
     started = time.perf_counter()
     summary: dict = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-                     "stale_sources": stale, "libraries": [], "end_to_end": [], "probes": []}
+                     "stale_sources": stale, "complete": False, "libraries": [],
+                     "end_to_end": [], "probes": []}
+
+    def save() -> None:
+        """The figures so far ("complete" false until the end): a run stopped by the GPU
+        machine's time limit still returns each part it finished."""
+        if args.out:
+            write_text(args.out, json.dumps(summary, indent=1, default=str))
     try:
         kmodel, weights = synthetic_kmodel(args.bundle, document, torch_device)
     except Exception as err:  # noqa: BLE001 - without PyTorch's model, the probes still run
         summary["model_error"] = f"{type(err).__name__}: {str(err)[:500]}"
         print("PyTorch model failed:", summary["model_error"], flush=True)
     else:
-        check_model(kmodel, weights, args, document, device, torch_device, summary)
+        check_model(kmodel, weights, args, document, device, torch_device, summary, save)
     if device == "cuda":
         summary["tiles"] = sweep(args.bundle, document, "tiles", conv_case, args.repeat,
                                  TIGHT_RELATIVE)
+        save()
         summary["lstm"] = sweep(args.bundle, document, "lstm", lstm_case, args.repeat,
                                 TIGHT_RELATIVE)
+        save()
     summary["probes"] = probe_ops(args.bundle, document, device, TIGHT_RELATIVE)
     failed = [p for p in summary["probes"] if not p["passed"]]
     print(f"op probes: {len(summary['probes']) - len(failed)}/{len(summary['probes'])} pass"
@@ -473,8 +488,8 @@ def main() -> None:
     summary["passed"] = (all(r["passed"] for r in summary["libraries"]) and not failed
                          and not {"model_error", "end_to_end_error"} & set(summary))
     summary["seconds"] = round(time.perf_counter() - started, 1)
-    if args.out:
-        args.out.write_text(json.dumps(summary, indent=1, default=str))
+    summary["complete"] = True
+    save()
     print(f"all passed: {summary['passed']} ({summary['seconds']} s)")
     sys.exit(0 if summary["passed"] else 1)
 
