@@ -42,13 +42,12 @@ PROBE_SCALES = (1.0, 1e4)
 STYLE_STD = 0.2
 
 
-def stale_sources(bundle: Path) -> list[str]:
-    """The files of this tree that differ from those the bundle was prepared from (sources.py);
-    every file, for a bundle that recorded none."""
+def stale_sources(document: dict) -> list[str]:
+    """The files of this tree that differ from those the bundle (its cases.json, ``document``)
+    was prepared from (sources.py); every file, for a bundle that recorded none."""
     sys.path.insert(0, str(REPO))  # kokoro_tvm, which sources.py hashes with
     import sources
 
-    document = json.loads((bundle / "cases.json").read_text())
     return sources.changed(document.get("sources", {}), REPO)
 
 
@@ -432,7 +431,8 @@ def main() -> None:
     parser.add_argument("--stale-ok", action="store_true",
                         help="run a bundle prepared from other code (its files are reported)")
     args = parser.parse_args()
-    stale = stale_sources(args.bundle)
+    document = json.loads((args.bundle / "cases.json").read_text())
+    stale = stale_sources(document)
     if stale and not args.stale_ok:
         names = ", ".join(stale[:4]) + (f" and {len(stale) - 4} more" if len(stale) > 4 else "")
         raise SystemExit(f"{args.bundle} was prepared from other code than this tree (differing: "
@@ -451,7 +451,6 @@ def main() -> None:
     # PyTorch's reference in full float32: TF32 convolutions and matmuls are off by ~1e-3.
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    document = json.loads((args.bundle / "cases.json").read_text())
     device = "cuda" if document["target"] == "cuda" else "cpu"
     torch_device = "cuda" if device == "cuda" else "cpu"
     print(f"tvm {tvm.__version__} (runtime only), torch {torch.__version__}, python "
