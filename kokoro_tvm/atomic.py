@@ -30,7 +30,8 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.stem}.", suffix=f".tmp{dest.suffix}")
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.stem}.",
+                               suffix=f".tmp{dest.suffix}")
     os.close(fd)
     tmp = Path(tmp)
     try:

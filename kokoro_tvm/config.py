@@ -99,7 +99,8 @@ def _check_voices(config: dict[str, Any], base: Path) -> None:
             raise ConfigError(f"config key 'voices.folder': '{folder}' is not a folder; set it to "
                               "the folder holding {name}.npy, .bin or .pt voice files")
         for i, name in enumerate(names):
-            if not any((base / folder / f"{name}{ext}").is_file() for ext in (".npy", ".bin", ".pt")):
+            if not any((base / folder / f"{name}{ext}").is_file()
+                       for ext in (".npy", ".bin", ".pt")):
                 raise ConfigError(f"config key 'voices.names[{i}]': no {name}.npy, .bin or .pt "
                                   f"in '{folder}'")
     report_voice = config.get("report", {}).get("voice")

@@ -107,7 +107,8 @@ def default_kmodel(config, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def session(onnx_path):
-    return ort.InferenceSession(with_intermediate_outputs(onnx_path), providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(with_intermediate_outputs(onnx_path),
+                                providers=["CPUExecutionProvider"])
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +133,8 @@ def test_all_keys_filled_with_kmodel_shapes(recovered, default_kmodel):
     want = default_kmodel.state_dict()
     assert len(want) == N_KEYS
     assert set(got) == set(want)
-    bad_shapes = {k: (tuple(v.shape), tuple(want[k].shape)) for k, v in got.items() if v.shape != want[k].shape}
+    bad_shapes = {k: (tuple(v.shape), tuple(want[k].shape)) for k, v in got.items()
+                  if v.shape != want[k].shape}
     assert not bad_shapes
     nonfinite = [k for k, v in got.items() if not torch.isfinite(v).all()]
     assert not nonfinite, f"NaN/inf in {nonfinite}"
@@ -155,9 +157,11 @@ def test_provenance_adds_up(recovered):
     assert prov["values_total"] == sum(v.numel() for v in flat(checkpoint).values())
     defaulted_values = sum(flat(checkpoint)[d["key"]].numel() for d in prov["defaulted"])
     assert prov["values_from_onnx"] + defaulted_values == prov["values_total"]
-    assert prov["values_from_onnx"] / prov["values_total"] > 0.99, "expected > 99% of values from the ONNX"
+    assert prov["values_from_onnx"] / prov["values_total"] > 0.99, (
+        "expected > 99% of values from the ONNX")
     for entry in prov["defaulted"]:
-        assert entry["key"].startswith("bert.pooler.") or entry["key"].endswith((".norm.weight", ".norm.bias"))
+        assert entry["key"].startswith("bert.pooler.") or entry["key"].endswith(
+            (".norm.weight", ".norm.bias"))
         assert entry["reason"]
     # The only graph weight without a KModel parameter: the iSTFT basis (KModel computes it).
     assert prov["unmapped_onnx_weights"] == ["/decoder/decoder/generator/istft/stft/ConvTranspose"]
@@ -214,7 +218,8 @@ def run_onnx(session, config, voices, phonemes: str, voice: str):
     names = [o.name for o in session.get_outputs()]
     out = dict(zip(names, session.run(None, {
         "tokens": tokens.numpy(), "style": ref_s.numpy(), "speed": np.ones(1, np.float32)})))
-    out["durations"] = torch.from_numpy(out[INTERMEDIATE_OUTPUTS["durations_int"]]).reshape(-1).long()
+    durations = out[INTERMEDIATE_OUTPUTS["durations_int"]]
+    out["durations"] = torch.from_numpy(durations).reshape(-1).long()
     return tokens, ref_s, out
 
 
@@ -239,7 +244,8 @@ def test_prosody_matches_onnxruntime(phonemes, voice, kmodel, session, voices, c
 
 
 def log_spectrogram(audio: np.ndarray) -> np.ndarray:
-    spec = torch.stft(torch.from_numpy(audio), 1024, 256, window=torch.hann_window(1024), return_complex=True)
+    spec = torch.stft(torch.from_numpy(audio), 1024, 256, window=torch.hann_window(1024),
+                      return_complex=True)
     return torch.log(spec.abs() + 1e-5).numpy()
 
 
@@ -251,6 +257,7 @@ def test_decoder_matches_onnxruntime(kmodel, session, voices, config):
     onnx_audio = onnx_out["audio"].reshape(-1)
     assert ours["audio"].shape == onnx_audio.shape
     assert np.isfinite(ours["audio"]).all()
-    corr = np.corrcoef(log_spectrogram(ours["audio"]).reshape(-1), log_spectrogram(onnx_audio).reshape(-1))[0, 1]
+    corr = np.corrcoef(log_spectrogram(ours["audio"]).reshape(-1),
+                       log_spectrogram(onnx_audio).reshape(-1))[0, 1]
     assert corr >= MIN_LOG_SPECTROGRAM_CORRELATION, (
         f"log-spectrogram correlation {corr:.4f}, want >= {MIN_LOG_SPECTROGRAM_CORRELATION}")

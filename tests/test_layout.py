@@ -83,6 +83,14 @@ def test_runtime_side_imports_no_torch_compiler_or_other_side():
     assert not offending, sorted(offending)
 
 
+def test_code_passes_the_projects_lint():
+    """ruff with pyproject.toml's settings (line length, unused names, import order) over every
+    Python file git does not ignore."""
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", str(REPO)],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_no_import_cycles():
     everything = {module_name(p) for p in PACKAGE.rglob("*.py")}
     graph = {m: {i for i in deps if i in everything and i != m}

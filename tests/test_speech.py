@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from kokoro_tvm.cli import ProgressBar
+from kokoro_tvm.facts import SAMPLE_RATE
 from kokoro_tvm.runtime import speech
 from kokoro_tvm.runtime.g2p import token_ids
 from kokoro_tvm.runtime.model_folder import AssetFolder
@@ -113,7 +114,7 @@ def test_a_stream_starts_with_a_lead_then_the_rest_of_the_whole(tiny_assets):
     assert len(lead.text.split()) == lead.phonemes.count(" ") + 1  # words cut as phonemes
     spoken = token_ids(f"{lead.phonemes} {rest.phonemes}", speaker.vocab)
     assert len(spoken) == engine.calls[0]  # the piece's phonemes, split at a space
-    assert (lead.start_seconds, rest.start_seconds) == (0, cut / 24_000)
+    assert (lead.start_seconds, rest.start_seconds) == (0, cut / SAMPLE_RATE)
 
 
 def test_no_lead_where_the_window_would_be_padded_past_the_leads_bucket(tiny_assets):
@@ -193,9 +194,9 @@ def test_chunks_carry_their_text_and_start_in_order(tiny_assets):
                                    speaker=AssetFolder.of_build(tiny_assets),
                                    per_sentence=per_sentence))
         assert " ".join(c.text for c in chunks).split() == TEXT.split()
-        starts = np.cumsum([0] + [len(c.samples) for c in chunks[:-1]]) / 24_000
+        starts = np.cumsum([0] + [len(c.samples) for c in chunks[:-1]]) / SAMPLE_RATE
         np.testing.assert_allclose([c.start_seconds for c in chunks], starts)
-        assert all(c.sample_rate == 24_000 for c in chunks)
+        assert all(c.sample_rate == SAMPLE_RATE for c in chunks)
     assert len(chunks) > 3  # the 12-token engine made the speaker halve pieces
 
 

@@ -8,6 +8,8 @@ import re
 
 import numpy as np
 
+from kokoro_tvm.facts import SAMPLE_RATE
+
 ASR_RATE = 16_000  # pocketsphinx's English model
 
 
@@ -23,11 +25,11 @@ def resample_24k_to_16k(audio: np.ndarray) -> np.ndarray:
     return filtered[::3].astype(np.float32)
 
 
-def transcribe(audio: np.ndarray, sample_rate: int = 24_000) -> str:
+def transcribe(audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> str:
     """Lower-case words pocketsphinx hears in float audio."""
     from pocketsphinx import Decoder
 
-    if sample_rate != 24_000:
+    if sample_rate != SAMPLE_RATE:
         raise ValueError("transcribe expects Kokoro's 24 kHz audio")
     pcm = np.clip(resample_24k_to_16k(audio) * 32767, -32768, 32767).astype(np.int16)
     decoder = Decoder(samprate=ASR_RATE, loglevel="FATAL")

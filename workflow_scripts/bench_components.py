@@ -12,21 +12,22 @@ import json
 import os
 import sys
 
+from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--manifest", required=True, help="results/manifest/{target}.json")
-    parser.add_argument("--checkpoint", required=True, help="results/assets/kokoro-82m.pth")
-    parser.add_argument("--model-config", required=True, help="results/assets/config.json")
+    parser.add_argument("--manifest", required=True, help=paths.MANIFEST)
+    parser.add_argument("--checkpoint", required=True, help=paths.ASSET_WEIGHTS)
+    parser.add_argument("--model-config", required=True, help=paths.ASSET_CONFIG)
     parser.add_argument("--params", nargs="+", required=True,
-                        help="results/params/{component}.npz of every component")
+                        help=f"{paths.PARAMS} of every component")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per function")
-    parser.add_argument("--out-json", required=True)
-    parser.add_argument("--out-plot", required=True)
+    parser.add_argument("--out-json", required=True, help=paths.BENCH_COMPONENTS)
+    parser.add_argument("--out-plot", required=True, help=paths.BENCH_COMPONENTS_PLOT)
     args = parser.parse_args()
     if os.environ.get("TVM_NUM_THREADS") != str(args.threads):
         parser.error(f"set TVM_NUM_THREADS={args.threads} (TVM reads it when it starts)")

@@ -5,6 +5,7 @@ import json
 import sys
 from pathlib import Path
 
+from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.measure import bench_e2e
 
@@ -25,8 +26,8 @@ def main() -> None:
     parser.add_argument("--text", default=None,
                         help="a text file, one sentence per line, timed instead of the "
                              "benchmark's own sentences (first audio keeps its paragraph)")
-    parser.add_argument("--out-json", required=True)
-    parser.add_argument("--out-plot", required=True)
+    parser.add_argument("--out-json", required=True, help=paths.BENCH_E2E)
+    parser.add_argument("--out-plot", required=True, help=paths.BENCH_E2E_PLOT)
     args = parser.parse_args()
     texts = bench_e2e.SENTENCES
     if args.text:

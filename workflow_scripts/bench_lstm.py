@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
-"""Time every LSTM library of a target's manifest per method and bucket; write JSON and a PNG plot."""
+"""Time every LSTM library of a target's manifest per method and bucket; write JSON and a PNG
+plot."""
 import argparse
 import json
 import sys
 
+from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--manifest", required=True, help="results/manifest/{target}.json")
+    parser.add_argument("--manifest", required=True, help=paths.MANIFEST)
     parser.add_argument("--params", nargs="+", required=True,
-                        help="results/params/{component}.npz of the LSTM components")
+                        help=f"{paths.PARAMS} of the LSTM components")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per library")
-    parser.add_argument("--out-json", required=True, help="results/bench/lstm/{target}.json")
-    parser.add_argument("--out-plot", required=True, help="results/bench/lstm/{target}.png")
+    parser.add_argument("--out-json", required=True, help=paths.BENCH_LSTM)
+    parser.add_argument("--out-plot", required=True, help=paths.BENCH_LSTM_PLOT)
     args = parser.parse_args()
     from kokoro_tvm.measure.bench_lstm import run
 

@@ -4,22 +4,25 @@ import argparse
 import json
 import sys
 
+from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.facts import COMPONENT_NAMES
 from kokoro_tvm.stages.build import build
 from kokoro_tvm.stages.common import without_torch
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--lowered", required=True)
-    parser.add_argument("--params", required=True, help="results/params/{component}.npz (hashed into the metadata)")
+    parser.add_argument("--lowered", required=True, help=paths.LOWERED)
+    parser.add_argument("--params", required=True,
+                        help=f"{paths.PARAMS} (hashed into the metadata)")
     parser.add_argument("--target", required=True, help="the target's name in config.yaml")
     parser.add_argument("--target-options", required=True, help="TVM target in dict form, as JSON")
-    parser.add_argument("--component", required=True)
+    parser.add_argument("--component", required=True, choices=COMPONENT_NAMES)
     parser.add_argument("--lstm", required=True)
     parser.add_argument("--bucket", required=True, type=int)
-    parser.add_argument("--out", required=True, help="results/lib/{target}/{component}/{lstm}/b{bucket}.so")
-    parser.add_argument("--out-meta", required=True)
+    parser.add_argument("--out", required=True, help=paths.LIBRARY)
+    parser.add_argument("--out-meta", required=True, help=paths.LIBRARY_META)
     args = parser.parse_args()
     without_torch()
     dims = {"component": args.component, "lstm": args.lstm, "bucket": args.bucket}

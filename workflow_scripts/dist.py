@@ -4,16 +4,17 @@ and the voices, with a manifest relative to the folder, ready to copy anywhere."
 import argparse
 import sys
 
+from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.stages.dist import write_dist
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--manifest", required=True, help="results/manifest/{target}.json")
-    parser.add_argument("--model-config", required=True, help="results/assets/config.json")
-    parser.add_argument("--voices", nargs="+", required=True, help="results/assets/voices/*.npy")
-    parser.add_argument("--out", required=True, help="results/dist/{target}")
+    parser.add_argument("--manifest", required=True, help=paths.MANIFEST)
+    parser.add_argument("--model-config", required=True, help=paths.ASSET_CONFIG)
+    parser.add_argument("--voices", nargs="+", required=True, help=paths.ASSET_VOICE)
+    parser.add_argument("--out", required=True, help=paths.DIST)
     args = parser.parse_args()
     document = write_dist(args.manifest, args.model_config, args.voices, args.out)
     print(f"{args.out}: {len(document['libraries'])} libraries, {len(document['voices'])} voices"

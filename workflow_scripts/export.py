@@ -4,7 +4,9 @@ function), and save what PyTorch computes on the bucket's example inputs (.refer
 import argparse
 import sys
 
+from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.facts import COMPONENT_NAMES
 from kokoro_tvm.script_args import add_model_arguments
 from kokoro_tvm.stages.common import keep_freed_memory
 from kokoro_tvm.stages.export import export
@@ -13,12 +15,12 @@ from kokoro_tvm.stages.export import export
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     add_model_arguments(parser)
-    parser.add_argument("--component", required=True)
+    parser.add_argument("--component", required=True, choices=COMPONENT_NAMES)
     parser.add_argument("--bucket", required=True, type=int)
     parser.add_argument("--seed", type=int, default=0, help="seeds the inputs traced with")
-    parser.add_argument("--out", required=True, help="results/export/{component}/b{bucket}.pt2")
+    parser.add_argument("--out", required=True, help=paths.EXPORT)
     parser.add_argument("--out-reference", required=True,
-                        help="results/export/{component}/b{bucket}.reference.npz")
+                        help=paths.EXPORT_REFERENCE)
     args = parser.parse_args()
     keep_freed_memory()
     export(args.checkpoint, args.model_config, args.component, args.bucket, args.out,

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""List every validated library of one target, with its metadata, in results/manifest/{target}.json."""
+"""List every validated library of one target, with its metadata, in the target's manifest
+(results/manifest/{target}.json)."""
 import argparse
 import sys
 
+from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.stages.manifest import manifest
 
@@ -13,7 +15,7 @@ def main() -> None:
     parser.add_argument("--metas", nargs="+", required=True, help="the libraries' .meta.json files")
     parser.add_argument("--validations", nargs="+", required=True,
                         help="their validation reports, in the same order")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", required=True, help=paths.MANIFEST)
     args = parser.parse_args()
     document = manifest(args.metas, args.validations, args.target, args.out)
     print(f"{args.out}: {len(document['libraries'])} libraries")

@@ -4,15 +4,16 @@ import argparse
 import json
 import sys
 
+from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.stages.relax import relax
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--exported", required=True, help="results/export/{component}/b{bucket}.pt2")
+    parser.add_argument("--exported", required=True, help=paths.EXPORT)
     parser.add_argument("--lstm", required=True, help="LSTM lowering method (none without LSTMs)")
-    parser.add_argument("--out", required=True, help="results/relax/{component}/{lstm}/b{bucket}.json")
+    parser.add_argument("--out", required=True, help=paths.RELAX)
     args = parser.parse_args()
     print(json.dumps(relax(args.exported, args.lstm, args.out)))
 

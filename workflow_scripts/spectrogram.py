@@ -4,6 +4,7 @@ import argparse
 import json
 import sys
 
+from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 
 
@@ -14,7 +15,7 @@ def main() -> None:
     parser.add_argument("--sentence", required=True)
     parser.add_argument("--voice", default="af_heart")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", required=True, help="results/report/spectrogram/{target}.png")
+    parser.add_argument("--out", required=True, help=paths.REPORT_SPECTROGRAM)
     args = parser.parse_args()
     from kokoro_tvm.measure.spectrogram import spectrogram_comparison
 

@@ -4,6 +4,7 @@ import argparse
 import json
 import sys
 
+from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.stages.common import without_torch
 from kokoro_tvm.stages.tune import tune
@@ -12,7 +13,7 @@ from kokoro_tvm.stages.tune import tune
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--relax", required=True,
-                        help="results/relax/{component}/{lstm}/b{bucket}.json")
+                        help=paths.RELAX)
     parser.add_argument("--target-options", required=True,
                         help='TVM target in dict form, as JSON, e.g. '
                              '{"kind": "llvm", "mcpu": "host"}')
@@ -22,7 +23,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="cores MetaSchedule measures candidates with")
     parser.add_argument("--out", required=True,
-                        help="results/tune/{target}/{component}/{lstm}/b{bucket} (a folder)")
+                        help=f"{paths.TUNE} (a folder)")
     args = parser.parse_args()
     without_torch()
     figures = tune(args.relax, json.loads(args.target_options), args.max_trials,

@@ -4,6 +4,7 @@ import argparse
 import json
 import sys
 
+from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 
 
@@ -11,8 +12,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--target", required=True)
     parser.add_argument("--validations", nargs="+", required=True,
-                        help="results/validate/{target}/.../b{bucket}.json")
-    parser.add_argument("--out", required=True, help="results/report/validation/{target}.html")
+                        help=paths.VALIDATION)
+    parser.add_argument("--out", required=True, help=paths.REPORT_VALIDATION)
     args = parser.parse_args()
     from kokoro_tvm.measure.validation_report import validation_table
 

@@ -4,6 +4,7 @@ import argparse
 import json
 import sys
 
+from kokoro_tvm import paths
 from kokoro_tvm.assets.voices import voice_assets
 from kokoro_tvm.errors import run_script
 
@@ -17,8 +18,8 @@ def main() -> None:
     parser.add_argument("--hf-repo", default="hexgrad/Kokoro-82M")
     parser.add_argument("--folder", help="folder of voice files (source path)")
     parser.add_argument("--seed", type=int, default=0, help="source random")
-    parser.add_argument("--out-dir", required=True)
-    parser.add_argument("--out-provenance", required=True)
+    parser.add_argument("--out-dir", required=True, help=paths.ASSET_VOICE_DIR)
+    parser.add_argument("--out-provenance", required=True, help=paths.ASSET_VOICES_PROVENANCE)
     args = parser.parse_args()
     settings = {"source": args.source, "names": args.names.split(","), "seed": args.seed,
                 "npm_package": args.npm_package, "npm_sha256": args.npm_sha256,

@@ -4,6 +4,7 @@ import argparse
 import json
 import sys
 
+from kokoro_tvm import paths
 from kokoro_tvm.assets.sources import SOURCES, write_weights
 from kokoro_tvm.errors import run_script
 
@@ -18,9 +19,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="source random")
     parser.add_argument("--random-model", default="{}",
                         help="JSON overrides of Kokoro-82M's hyperparameters (source random)")
-    parser.add_argument("--out-checkpoint", required=True)
-    parser.add_argument("--out-config", required=True)
-    parser.add_argument("--out-provenance", required=True)
+    parser.add_argument("--out-checkpoint", required=True, help=paths.ASSET_WEIGHTS)
+    parser.add_argument("--out-config", required=True, help=paths.ASSET_CONFIG)
+    parser.add_argument("--out-provenance", required=True, help=paths.ASSET_PROVENANCE)
     args = parser.parse_args()
     settings = {"source": args.source, "hf_repo": args.hf_repo, "checkpoint": args.checkpoint,
                 "model_config": args.model_config, "seed": args.seed,

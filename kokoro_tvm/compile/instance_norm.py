@@ -60,8 +60,8 @@ def masked_instance_norm(x: te.Tensor, valid: te.Tensor, eps: float) -> te.Tenso
     ``valid`` [B, 1, L] is 1, per row of ``x`` [B, C, L]."""
     batch, channels, length = (int(d) for d in x.shape)
     rows = (batch, channels)
-    l = te.reduce_axis((0, length), "l")
-    count = te.compute((batch,), lambda b: te.sum(valid[b, 0, l].astype("float64"), axis=l),
+    pos = te.reduce_axis((0, length), "l")
+    count = te.compute((batch,), lambda b: te.sum(valid[b, 0, pos].astype("float64"), axis=pos),
                        name="count")
 
     def masked(b, c, i):

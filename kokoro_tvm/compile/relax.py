@@ -4,8 +4,8 @@ Weights stay function inputs (``keep_params_as_input``): embedding them made the
 216 MB per bucket (docs/decisions.md, TVM 0.27). Each function takes its user inputs first
 (attribute ``num_input``), then its weights, named by torch.export's placeholder names (``p_``
 + the KModel state-dict key with dots as underscores). Those names depend only on the module
-tree, not on shapes, so one params file serves every bucket of a component; the runtime looks weights up by
-the parameter names the VM reports.
+tree, not on shapes, so one params file serves every bucket of a component; the runtime looks
+weights up by the parameter names the VM reports.
 """
 from __future__ import annotations
 

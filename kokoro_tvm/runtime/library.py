@@ -39,7 +39,8 @@ from kokoro_tvm.abi import TRANSFORM_SUFFIX  # noqa: E402
 
 def parameter_names(vm: VirtualMachine, function: str) -> list[str]:
     """A VM function's parameter names in call order."""
-    return [vm._get_function_param_name(function, i) for i in range(vm._get_function_arity(function))]
+    return [vm._get_function_param_name(function, i)
+            for i in range(vm._get_function_arity(function))]
 
 
 def prepare_weights(vm: VirtualMachine, function: str, weight: Callable[[str], object],

@@ -29,7 +29,8 @@ def parse_blend(spec: str) -> list[tuple[str, float]]:
         try:
             parts.append((name.strip(), float(weight) if weight else 1.0))
         except ValueError:
-            raise VoiceError(f"voice '{spec}': weight '{weight}' of {name} is not a number") from None
+            raise VoiceError(f"voice '{spec}': weight '{weight}' of {name} is not a number"
+                             ) from None
     if not parts or any(not name for name, _ in parts):
         raise VoiceError(f"voice '{spec}': expected NAME or NAME:WEIGHT,NAME:WEIGHT")
     if sum(w for _, w in parts) <= 0:

@@ -108,10 +108,10 @@ def schedule_contraction(sch: s_tir.Schedule, block, axes: dict, facts: CpuFacts
     stmt = sch.get(block)
     kinds = [iv.iter_type for iv in stmt.iter_vars]
     loops = sch.get_loops(block)
-    spatial = [l for l, k in zip(loops, kinds) if k == tirx.IterVar.DataPar]
-    reduce = [l for l, k in zip(loops, kinds) if k != tirx.IterVar.DataPar]
+    spatial = [loop for loop, k in zip(loops, kinds) if k == tirx.IterVar.DataPar]
+    reduce = [loop for loop, k in zip(loops, kinds) if k != tirx.IterVar.DataPar]
     row, vec = spatial[axes["row"]], spatial[axes["vec"]]
-    others = [l for i, l in enumerate(spatial) if i not in (axes["row"], axes["vec"])]
+    others = [loop for i, loop in enumerate(spatial) if i not in (axes["row"], axes["vec"])]
     rows, vecs = _extent(sch, row), _extent(sch, vec)
     r, m = register_tile(facts, rows, vecs)
     if vecs % lanes:

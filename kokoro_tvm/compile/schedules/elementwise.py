@@ -54,7 +54,7 @@ def schedule_block(sch: s_tir.Schedule, block, facts: CpuFacts) -> None:
     kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
     if not loops or len(loops) != len(kinds):
         return
-    extents = [_extent(sch, l) for l in loops]
+    extents = [_extent(sch, loop) for loop in loops]
     if any(e is None for e in extents):
         return
     total = 1
