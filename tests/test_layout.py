@@ -91,6 +91,13 @@ def test_code_passes_the_projects_lint():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_workflow_passes_snakemakes_lint(tmp_path):
+    """`snakemake --lint`: every rule has its log, no absolute paths, no mixed rules and
+    functions, and the other snakemake-workflows conventions."""
+    done = run_snakemake(tmp_path, "--lint", configfiles=(), check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_no_import_cycles():
     everything = {module_name(p) for p in PACKAGE.rglob("*.py")}
     graph = {m: {i for i in deps if i in everything and i != m}
