@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from kokoro_tvm.assets.voices import KNOWN_NPM_VOICES
+from kokoro_tvm.assets.voices import KNOWN_NPM_VOICES, VOICE_FILE_SUFFIXES, folder_voice_file
 from kokoro_tvm.errors import UserError
 
 
@@ -97,12 +97,12 @@ def _check_voices(config: dict[str, Any], base: Path) -> None:
         folder = voices.get("folder")
         if not folder or not (base / folder).is_dir():
             raise ConfigError(f"config key 'voices.folder': '{folder}' is not a folder; set it to "
-                              "the folder holding {name}.npy, .bin or .pt voice files")
+                              f"the folder holding {{name}}{', '.join(VOICE_FILE_SUFFIXES)} "
+                              "voice files")
         for i, name in enumerate(names):
-            if not any((base / folder / f"{name}{ext}").is_file()
-                       for ext in (".npy", ".bin", ".pt")):
-                raise ConfigError(f"config key 'voices.names[{i}]': no {name}.npy, .bin or .pt "
-                                  f"in '{folder}'")
+            if folder_voice_file(base / folder, name) is None:
+                raise ConfigError(f"config key 'voices.names[{i}]': no "
+                                  f"{name}{', '.join(VOICE_FILE_SUFFIXES)} in '{folder}'")
     report_voice = config.get("report", {}).get("voice")
     if report_voice is not None and report_voice not in names:
         raise ConfigError(f"config key 'report.voice': '{report_voice}' is not built; use one of "

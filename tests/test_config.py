@@ -72,6 +72,19 @@ def test_path_source_accepts_existing_files(tmp_path):
     assert validate_config(config, base=tmp_path) is config
 
 
+def test_voice_folder_must_hold_every_voice(tmp_path):
+    """`voices.source: path`: each name needs a .npy, .bin or .pt file in the folder (the
+    voices stage reads the same files)."""
+    (tmp_path / "voices").mkdir()
+    (tmp_path / "voices" / "af_heart.bin").write_bytes(b"")
+    config = load_config(REPO / "config.yaml")
+    config["voices"].update(source="path", folder="voices", names=["af_heart", "am_adam"])
+    with pytest.raises(ConfigError, match=r"'voices.names\[1\]': no am_adam\.npy, \.bin, \.pt"):
+        validate_config(config, base=tmp_path)
+    (tmp_path / "voices" / "am_adam.pt").write_bytes(b"")
+    assert validate_config(config, base=tmp_path) is config
+
+
 def test_command_line_values_are_typed(tmp_path):
     """README's `--config tuning='{enabled: true, ...}'`: Snakemake passes nested values as
     strings; they reach the rules as a boolean and integers, and a bad one is still refused."""

@@ -20,6 +20,8 @@ from kokoro_tvm.atomic import atomic_path, write_json
 from kokoro_tvm.errors import UserError
 
 VOICE_SHAPE = (510, 1, 256)
+# What a voices folder (`voices.source: path`) may hold, in the order they are looked for.
+VOICE_FILE_SUFFIXES = (".npy", ".bin", ".pt")
 
 # The voices of each npm release we have checked, so that a misspelt voice fails config
 # validation instead of a job.
@@ -105,14 +107,20 @@ def _read_voice_file(path: Path) -> np.ndarray:
     return torch.load(path, weights_only=True).numpy()
 
 
+def folder_voice_file(folder: str | Path, name: str) -> Path | None:
+    """The voice file ``name`` in a local folder: {name}.npy, .bin (raw float32) or .pt, the
+    first that exists in that order; None when there is none."""
+    candidates = [Path(folder) / f"{name}{suffix}" for suffix in VOICE_FILE_SUFFIXES]
+    return next((p for p in candidates if p.is_file()), None)
+
+
 def read_folder_voices(folder: str | Path, names: list[str]) -> tuple[dict[str, np.ndarray], dict]:
-    """Voice tables from {name}.npy, .bin (raw float32) or .pt files in a local folder."""
+    """Voice tables from the voice files of a local folder (``folder_voice_file``)."""
     voices = {}
     for name in names:
-        candidates = [Path(folder) / f"{name}{ext}" for ext in (".npy", ".bin", ".pt")]
-        path = next((p for p in candidates if p.is_file()), None)
+        path = folder_voice_file(folder, name)
         if path is None:
-            raise VoiceSourceError(f"no {name}.npy, .bin or .pt in {folder}")
+            raise VoiceSourceError(f"no {name}{', '.join(VOICE_FILE_SUFFIXES)} in {folder}")
         voices[name] = as_voice_table(_read_voice_file(path), str(path))
     return voices, {"source": "path", "folder": str(folder)}
 
