@@ -8,6 +8,7 @@ from snakemake.utils import min_version
 from kokoro_tvm import paths
 from kokoro_tvm.components import COMPONENTS
 from kokoro_tvm.compile.devices import (
+    DEVICE_LSTM_METHODS,
     cannot_run_reason,
     device_kind,
     library_precision,
@@ -27,7 +28,8 @@ wildcard_constraints:
     voice="|".join(lookup(dpath="voices/names", within=config)),
     component="|".join(COMPONENTS),
     target="|".join(lookup(dpath="target_options", within=config)),
-    lstm="|".join(["none", "unroll", *lookup(dpath="lstm_methods", within=config)]),
+    # Every method some device builds: a target may fall back to its own (lstm_methods).
+    lstm="|".join(["none", *sorted({m for ms in DEVICE_LSTM_METHODS.values() for m in ms})]),
     bucket=r"\d+",
 
 
@@ -174,7 +176,7 @@ def asset_targets():
 
 def lstm_methods(component, target=None):
     """The LSTM lowerings a component is built with: every configured one the target can
-    build (GPUs: unroll only, see compile/targets.py), or none."""
+    build (compile/devices.py, DEVICE_LSTM_METHODS), or none."""
     if not COMPONENTS[component].has_lstm:
         return ["none"]
     if target is None:

@@ -56,6 +56,18 @@ def test_target_facts():
     assert lstm_methods_for(options["aarch64"], ["tir_vec"]) == ["tir_vec"]
 
 
+def test_a_gpu_target_falls_back_to_its_own_lstm_method(tmp_path):
+    """lstm_methods [tir], which GPUs cannot build: the cuda libraries of the LSTM components
+    use tir_vec (lstm_methods_for), and the workflow has a job for each (its lstm wildcard
+    matches every device's methods, not only the configured ones)."""
+    done = run_snakemake(tmp_path, "-n", "all", "--config", 'targets=["cuda"]',
+                         'lstm_methods=["tir"]')
+    text = done.stdout + done.stderr
+    for component in ("duration", "text_encoder", "f0n"):
+        assert f"results/lib/cuda/{component}/tir_vec/b16.so" in text, text[-2000:]
+    assert "/tir/" not in text
+
+
 def test_plain_all_builds_llvm_only(tmp_path):
     done = run_snakemake(tmp_path, "-n", "all", configfiles=())
     text = done.stdout + done.stderr
