@@ -23,9 +23,18 @@ from torch import nn
 
 from kokoro_tvm.assets.model_config import kokoro_config
 from kokoro_tvm.compile.build import build_library
-from kokoro_tvm.compile.gpu_lstm import StepKernels, recurrence_kernel_gpu_steps
+from kokoro_tvm.compile.gpu_lstm import (
+    StepKernels,
+    recurrence_kernel_gpu,
+    recurrence_kernel_gpu_steps,
+)
 from kokoro_tvm.compile.lower import lower
-from kokoro_tvm.compile.lstm import LSTM_METHODS, VEC_KERNEL_PREFIX
+from kokoro_tvm.compile.lstm import (
+    LSTM_METHODS,
+    VEC_KERNEL_PREFIX,
+    recurrence_kernel,
+    recurrence_kernel_vec,
+)
 from kokoro_tvm.compile.relax import import_program, import_programs, ir_lines
 from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.components import crop
@@ -221,6 +230,31 @@ def test_gpu_step_kernels_match_torch_packed_lstm(kernel):
         expected = torch_packed(lstm, x, torch.tensor(lengths)).numpy()
         np.testing.assert_allclose(out.numpy(), expected, rtol=0, atol=1e-5,
                                    err_msg=f"{kernel}, lengths {lengths}")
+
+
+NOALIAS = "tirx.noalias"  # the key this TVM reads ("tir.noalias" is silently ignored)
+
+
+@pytest.mark.parametrize("make", [recurrence_kernel, recurrence_kernel_vec,
+                                  lambda b, s, h: recurrence_kernel_gpu_steps(
+                                      b, s, h, StepKernels(8, 4), serial=True)])
+def test_recurrence_buffers_do_not_alias(make):
+    """The hand-written recurrences promise that their buffers do not overlap, so that the code
+    generator may keep values in registers and reorder loads: LLVM's kernel takes every buffer
+    as a noalias pointer."""
+    func = make(1, 4, 32)
+    assert func.attrs[NOALIAS]
+    llvm_ir = tvm.compile(tvm.IRModule({"k": func.with_attr("global_symbol", "k")}),
+                          target="llvm").mod.inspect_source("ll")
+    (kernel,) = [line for line in llvm_ir.splitlines()
+                 if line.startswith("define") and "@k_compute_(" in line]
+    buffers = [str(b) for b in func.params]
+    assert kernel.count("ptr noalias") == len(buffers), kernel
+
+
+def test_gpu_recurrence_buffers_do_not_alias():
+    """The one-launch GPU recurrence makes the same promise (CUDA's __restrict__)."""
+    assert recurrence_kernel_gpu(1, 4, 32).attrs[NOALIAS]
 
 
 def test_gpu_step_kernels_refuse_shapes_they_do_not_divide():

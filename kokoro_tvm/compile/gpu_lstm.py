@@ -72,7 +72,7 @@ def recurrence_kernel_gpu(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimF
                                    w_hh_t: T.Buffer((2, H, G), "float32"),
                                    lengths: T.Buffer((B,), "int64"),
                                    out: T.Buffer((B, S, 2 * H), "float32")):
-        T.func_attr({"tir.noalias": True, "tirx.is_scheduled": True})
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
         for d in T.thread_binding(2, thread="blockIdx.x"):
             h = T.alloc_buffer((H,), "float32", scope="shared")
             for j in T.thread_binding(H, thread="threadIdx.x"):
@@ -125,7 +125,7 @@ def recurrence_kernel_gpu_steps(batch: int, steps: int, hidden: int, kernel: Ste
                                          w_hh_t: T.Buffer((2, H, G), "float32"),
                                          lengths: T.Buffer((B,), "int64"),
                                          out: T.Buffer((B, S, 2 * H), "float32")):
-        T.func_attr({"tir.noalias": True, "tirx.is_scheduled": True})
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
         for b in range(B):
             for s in range(S):  # on the host: a launch per step
                 for block in blocks(2 * BLOCKS):

@@ -193,7 +193,7 @@ def recurrence_kernel(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimFunc:
                                w_hh: T.Buffer((2, G, H), "float32"),
                                lengths: T.Buffer((B,), "int64"),
                                out: T.Buffer((B, S, 2 * H), "float32")):
-        T.func_attr({"tir.noalias": True})
+        T.func_attr({"tirx.noalias": True})
         for d in range(2):
             h = T.alloc_buffer((H,), "float32")
             c = T.alloc_buffer((H,), "float32")
@@ -231,7 +231,7 @@ def recurrence_kernel_vec(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimF
                                    w_hh_t: T.Buffer((2, H, G), "float32"),
                                    lengths: T.Buffer((B,), "int64"),
                                    out: T.Buffer((B, S, 2 * H), "float32")):
-        T.func_attr({"tir.noalias": True})
+        T.func_attr({"tirx.noalias": True})
         for d in T.parallel(2):
             h = T.alloc_buffer((H,), "float32")
             c = T.alloc_buffer((H,), "float32")
