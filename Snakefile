@@ -26,7 +26,7 @@ rule all:
         all_targets(),
 
 
-# Benchmarks: not part of `all`; `snakemake bench_lstm` (or bench_components) builds what they
+# Benchmarks: not part of `all`; `snakemake bench_lstm` (or bench_components, bench_e2e) builds what they
 # need and times it.
 rule bench_lstm:
     input:

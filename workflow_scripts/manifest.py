@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""List every validated library of one target, with its metadata, in the target's manifest
+"""List every library of one target, with its metadata, in the target's manifest
 (results/manifest/{target}.json)."""
 import argparse
 import sys

@@ -1,6 +1,6 @@
 """From torch.export programs to TVM libraries: import -> lower -> build.
 
-- ``importer.import_programs``: ExportedPrograms -> Relax IRModule (one function each) and the
+- ``relax.import_programs``: ExportedPrograms -> Relax IRModule (one function each) and the
   weights as a separate name -> array dict (kept as function inputs, never embedded).
 - ``lower.lower``: the target's Relax pipeline, stopping before codegen (saveable as JSON).
 - ``build.build_library``: codegen + link of a lowered module into a code-only ``.so``.

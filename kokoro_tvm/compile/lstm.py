@@ -53,7 +53,6 @@ CHUNK_VECTORS = 8
 class LstmMethod:
     """One way to lower LSTMs: a program rewrite before import, and extra converters."""
 
-    name: str
     prepare: Callable[[torch.export.ExportedProgram], torch.export.ExportedProgram]
     converters: dict[str, Callable] = field(default_factory=dict)
 
@@ -301,7 +300,7 @@ def convert_tir_vec(node: fx.Node, importer) -> relax.Expr:
 
 
 LSTM_METHODS: dict[str, LstmMethod] = {
-    "unroll": LstmMethod("unroll", _decompose, {CONVERTER_KEY: convert_unroll}),
-    "tir": LstmMethod("tir", _decompose, {CONVERTER_KEY: convert_tir}),
-    "tir_vec": LstmMethod("tir_vec", _decompose, {CONVERTER_KEY: convert_tir_vec}),
+    "unroll": LstmMethod(_decompose, {CONVERTER_KEY: convert_unroll}),
+    "tir": LstmMethod(_decompose, {CONVERTER_KEY: convert_tir}),
+    "tir_vec": LstmMethod(_decompose, {CONVERTER_KEY: convert_tir_vec}),
 }

@@ -41,7 +41,7 @@ def _without_lstm(program: torch.export.ExportedProgram) -> torch.export.Exporte
     return program.run_decompositions()
 
 
-NO_LSTM = LstmMethod("none", _without_lstm)
+NO_LSTM = LstmMethod(_without_lstm)
 
 
 def _state_dict_keys(program: torch.export.ExportedProgram) -> dict[str, str]:

@@ -5,7 +5,7 @@
 ``(x - mean) / sqrt(var + eps)`` with the mean and the biased variance of each row taken over
 its valid positions: at exact length (all valid), torch's ``instance_norm`` without affine.
 
-Kokoro's AdaIN layers use it (components._masked_adain). As one node it reaches TVM's importer
+Kokoro's AdaIN layers use it (wrappers._masked_adain). As one node it reaches TVM's importer
 whole, and compile/instance_norm.py lowers it to one kernel instead of eight Relax ops.
 """
 from __future__ import annotations

@@ -19,7 +19,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from kokoro_tvm.model.custom_ops import PACKED_LSTM
 
-# Bound at import, before any patch of torch.nn.utils.rnn (components.PATCHES) is applied.
+# Bound at import, before any patch of torch.nn.utils.rnn (patches.PATCHES) is applied.
 _pack, _unpack = pack_padded_sequence, pad_packed_sequence
 
 WEIGHT_NAMES = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0",

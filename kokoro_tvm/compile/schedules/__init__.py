@@ -8,7 +8,8 @@ Two halves, both data:
   to TVM's own legalization for cases it does not cover.
 - ``RULES``: dlight-style ``ScheduleRule``s tried in order on every PrimFunc after FuseTIR; the
   first that applies schedules it. Contractions (found by the block annotation the
-  legalizations set) first, then parallel/vectorized loops for everything else.
+  legalizations set) first, then row statistics (the masked InstanceNorm, in its row loop), then
+  parallel/vectorized loops for everything else.
 
 Tiles follow from the target (``cpu.cpu_facts``: vector width and registers from the ISA), so
 every bucket gets the same rules with no tuning.

@@ -22,16 +22,12 @@ ISA_TABLE = (
     ("neon", 128, 32),
 )
 FALLBACK_ISA = (128, 16)
-L1_BYTES = 32 * 1024
-L2_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class CpuFacts:
     vector_bits: int
     registers: int
-    l1_bytes: int = L1_BYTES
-    l2_bytes: int = L2_BYTES
 
     def lanes(self, dtype_bits: int = 32) -> int:
         """Elements of ``dtype_bits`` per vector register."""
