@@ -98,7 +98,8 @@ def say(args: argparse.Namespace) -> int:
     else:
         check_output(args.output)
     folder = ModelFolder(args.model)
-    check_request(folder, text, args.voice, args.speed, args.lang)
+    check_request(folder, text, args.voice, args.speed, args.lang, args.seed)
+    folder.check_lstm(args.lstm)
     started = time.perf_counter()
     tts = Kokoro(folder, engine=_engine(args, folder), lstm=args.lstm)
     loaded = time.perf_counter()

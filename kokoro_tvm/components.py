@@ -1,7 +1,7 @@
 """What each compiled component is, seen from outside PyTorch: its functions with their inputs
 and outputs, its length axes and masks, and how validation judges it (docs/architecture.md,
-Components). Plain data, without torch: the Snakefile, validation and the runtime side read it;
-``model/components.py`` adds how each one runs and exports in PyTorch.
+Components). Plain data, without torch: the Snakefile, the build, validation and the GPU check
+read it; ``model/components.py`` adds how each one runs and exports in PyTorch.
 
 A component has one or more functions, run in order: each function's inputs come from the
 component's example inputs or from outputs of earlier functions. All components have one

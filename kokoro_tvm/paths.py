@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# A path as the stage functions and scripts take it.
+PathLike = str | Path
+
 RESULTS = "results"
 
 # A model folder (results/dist/{target}, copied anywhere): what the runtime reads, relative to
@@ -16,15 +19,19 @@ RESULTS = "results"
 MODEL_MANIFEST = "manifest.json"
 MODEL_CONFIG = "config.json"
 MODEL_VOICE_DIR = "voices"
-MODEL_VOICE = f"{MODEL_VOICE_DIR}/{{voice}}.npy"
+VOICE_FILE = "{voice}.npy"
+MODEL_VOICE = f"{MODEL_VOICE_DIR}/{VOICE_FILE}"
 MODEL_PARAMS = "params/{component}.npz"
 MODEL_LIBRARY = "lib/{component}/{lstm}/b{bucket}.so"
+# The {lstm} of a component without an LSTM (bert, decoder).
+WITHOUT_LSTM = "none"
 
 ASSETS = f"{RESULTS}/assets"
 ASSET_WEIGHTS = f"{ASSETS}/kokoro-82m.pth"
 ASSET_CONFIG = f"{ASSETS}/{MODEL_CONFIG}"
 ASSET_PROVENANCE = f"{ASSETS}/provenance.json"
-ASSET_ONNX = f"{ASSETS}/kokoro-v1.0.int8.onnx"
+ONNX_FILE = "kokoro-v1.0.int8.onnx"
+ASSET_ONNX = f"{ASSETS}/{ONNX_FILE}"
 ASSET_VOICE_DIR = f"{ASSETS}/{MODEL_VOICE_DIR}"
 ASSET_VOICE = f"{ASSETS}/{MODEL_VOICE}"
 ASSET_VOICES_PROVENANCE = f"{ASSET_VOICE_DIR}/provenance.json"

@@ -29,7 +29,7 @@ wildcard_constraints:
     component="|".join(COMPONENTS),
     target="|".join(lookup(dpath="target_options", within=config)),
     # Every method some device builds: a target may fall back to its own (lstm_methods).
-    lstm="|".join(["none", *sorted({m for ms in DEVICE_LSTM_METHODS.values() for m in ms})]),
+    lstm="|".join([paths.WITHOUT_LSTM, *sorted({m for ms in DEVICE_LSTM_METHODS.values() for m in ms})]),
     bucket=r"\d+",
 
 
@@ -176,9 +176,9 @@ def asset_targets():
 
 def lstm_methods(component, target=None):
     """The LSTM lowerings a component is built with: every configured one the target can
-    build (compile/devices.py, DEVICE_LSTM_METHODS), or none."""
+    build (compile/devices.py, DEVICE_LSTM_METHODS), or paths.WITHOUT_LSTM."""
     if not COMPONENTS[component].has_lstm:
-        return ["none"]
+        return [paths.WITHOUT_LSTM]
     if target is None:
         return setting("lstm_methods")
     return lstm_methods_for(setting(f"target_options.{target}"), setting("lstm_methods"))

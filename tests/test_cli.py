@@ -26,6 +26,7 @@ from kokoro_tvm.runtime.audio_file import (
     write_audio,
 )
 from kokoro_tvm.runtime.kokoro import SPEED_RANGE, Kokoro, RequestError, check_speed
+from kokoro_tvm.runtime.model_folder import ModelFolderError
 
 
 def kokoro_tvm(*args: str, stdin: str | None = None, cwd: Path | None = None
@@ -52,6 +53,10 @@ BAD_REQUESTS = [
     (["Hello", "--voice", "zz_none"], "unknown voice 'zz_none'"),
     (["Hello", "--voice", "af_heart:x"], "is not a number"),
     (["Hello", "--voice", "zf_xiaobei"], "unknown voice 'zf_xiaobei'"),
+    (["Hello", "--voice", "af_heart:nan"], "weight nan of af_heart must be a finite number"),
+    (["Hello", "--voice", "af_heart:2,af_heart:-1"], "weight -1.0 of af_heart must be"),
+    (["Hello", "--seed", "-1"], "seed -1 is not a whole number of 0 or more"),
+    (["Hello", "--lstm", "tir_vecc"], "has no libraries with LSTM lowering 'tir_vecc'"),
     (["   "], "the text is empty"),
     (["-"], "the text is empty"),  # standard input, empty
     (["--file", "/nonexistent/text.txt"], "cannot read the text file"),
@@ -210,3 +215,17 @@ def test_api_create_and_stream_in_kokoro_onnx_style(built):
     with pytest.raises(RequestError, match="speed 3 is outside"):
         next(tts.stream(text, speed=3))  # checked before any synthesis
     assert len(engine.calls) == 4
+
+
+def test_api_refuses_a_negative_seed_and_an_unbuilt_lstm_before_any_work(broken_model):
+    """The folder's libraries are corrupt: either check running after a load would fail on that
+    instead."""
+    engine = ToneEngine()
+    tts = Kokoro(broken_model, engine=engine)
+    with pytest.raises(RequestError, match="seed -1 is not a whole number"):
+        next(tts.stream("Hello.", seed=-1))
+    with pytest.raises(RequestError, match="seed 1.5 is not a whole number"):
+        tts.create("Hello.", seed=1.5)
+    assert engine.calls == []
+    with pytest.raises(ModelFolderError, match="no libraries with LSTM lowering 'tir_vecc'"):
+        Kokoro(broken_model, lstm="tir_vecc")

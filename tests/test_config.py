@@ -9,6 +9,8 @@ import yaml
 from conftest import REPO, run_snakemake
 
 from kokoro_tvm.assets.model_config import merge
+from kokoro_tvm.assets.sources import SOURCE_OPTIONS, SOURCES
+from kokoro_tvm.assets.voices import VOICE_SOURCES
 from kokoro_tvm.config import ConfigError, validate_config
 
 
@@ -98,3 +100,13 @@ def test_command_line_values_are_typed(tmp_path):
     config["tuning"].update(enabled="false", max_trials="1000")
     validate_config(config)
     assert config["tuning"]["enabled"] is False and config["tuning"]["max_trials"] == 1000
+
+
+def test_the_schemas_sources_are_the_ones_the_scripts_read():
+    """A source the schema admits has a reader and the options it needs, and no reader is
+    unreachable from config.yaml."""
+    schema = yaml.safe_load((REPO / "kokoro_tvm/schemas/config.schema.yaml").read_text())
+    enum = {section: set(schema["properties"][section]["properties"]["source"]["enum"])
+            for section in ("weights", "voices")}
+    assert enum["weights"] == set(SOURCES) == set(SOURCE_OPTIONS)
+    assert enum["voices"] == set(VOICE_SOURCES)

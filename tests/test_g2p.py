@@ -126,6 +126,9 @@ def test_blend_weights_are_normalised(tiny_assets):
     assert parse_blend("a:0.7,b:0.3") == [("a", 0.7), ("b", 0.3)]
     with pytest.raises(VoiceError, match="not a number"):
         parse_blend("a:x")
+    for weight in ("nan", "inf", "-0.5"):
+        with pytest.raises(VoiceError, match="must be a finite number of 0 or more"):
+            parse_blend(f"a:{weight},b:1")
     with pytest.raises(VoiceError, match="unknown voice 'zz_none'"):
         load_voice("zz_none", assets)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import tvm
+import yaml
 from conftest import REPO, model_folder
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -23,6 +24,7 @@ from tvm.relax.frontend.torch import from_exported_program
 from kokoro_tvm.compile import gpu
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.targets import make_target
+from kokoro_tvm.components import COMPONENTS
 from kokoro_tvm.runtime import cuda
 
 sys.path.insert(0, str(REPO / "tools" / "gpu_check"))
@@ -257,6 +259,19 @@ def gpu_machine_python(site: Path) -> list[str]:
                 if source.exists() and not (site / top).exists():
                     (site / top).symlink_to(source)
     return ["env", f"PYTHONPATH={site}", sys.executable, "-S"]  # -S: not this venv's site
+
+
+def test_gpu_check_builds_the_largest_default_buckets():
+    """The GPU check's buckets (set by hand in its config) are config.yaml's, its largest and,
+    for tokens, its smallest: a change of the default buckets must be carried over."""
+    default = yaml.safe_load((REPO / "config.yaml").read_text())["buckets"]
+    checked = yaml.safe_load((REPO / "tools/gpu_check/config.yaml").read_text())["buckets"]
+    assert set(checked) == set(COMPONENTS)
+    for name, buckets in checked.items():
+        assert set(buckets) <= set(default[name]), name
+        assert max(buckets) == max(default[name]), name
+        if COMPONENTS[name].axis == "tokens":
+            assert min(buckets) == min(default[name]), name
 
 
 def test_the_gpu_machines_python_has_only_what_that_machine_has(tmp_path):

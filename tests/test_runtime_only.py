@@ -158,16 +158,22 @@ def test_bench_e2e_measures_the_tvm_engine_in_the_runtime_only_install(runtime_v
     assert tvm["first_audio_lead"] is True and tvm["first_audio_seconds"] > 0
 
 
-@pytest.mark.parametrize("content, message", [(None, "No such file or directory"),
-                                              ("\n  \n", "no sentence in the file")])
-def test_bench_e2e_refuses_a_text_without_sentences_before_loading(tmp_path, content, message):
+@pytest.mark.parametrize("content, engines, message", [
+    (None, "tvm", "--text {text}: No such file or directory"),
+    ("\n  \n", "tvm", "--text {text}: no sentence in the file"),
+    (b"\xff\xfe\x00", "tvm", "--text {text}: not UTF-8 text"),
+    ("Hello.", "tvm,pytorch", "--engines: unknown engine 'pytorch'; choose from tvm, torch"),
+])
+def test_bench_e2e_refuses_bad_arguments_before_loading(tmp_path, content, engines, message):
     text = tmp_path / "text.txt"
-    if content is not None:
+    if isinstance(content, bytes):
+        text.write_bytes(content)
+    elif content is not None:
         text.write_text(content, encoding="utf-8")
     done = subprocess.run([sys.executable, str(REPO / "workflow_scripts/bench_e2e.py"),
-                           "--root", str(tmp_path), "--text", str(text),
+                           "--root", str(tmp_path), "--text", str(text), "--engines", engines,
                            "--out-json", str(tmp_path / "e2e.json"),
                            "--out-plot", str(tmp_path / "e2e.png")],
                           capture_output=True, text=True)
-    assert done.returncode == 2 and f"--text {text}: {message}" in done.stderr
+    assert done.returncode == 2 and message.format(text=text) in done.stderr, done.stderr
     assert not (tmp_path / "e2e.json").exists()

@@ -16,7 +16,8 @@ def main() -> None:
     parser.add_argument("--target", default="llvm")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--voice", default="af_heart")
-    parser.add_argument("--engines", default=",".join(bench_e2e.ENGINES))
+    parser.add_argument("--engines", default=",".join(bench_e2e.ENGINES),
+                        help="comma-separated, from: " + ", ".join(bench_e2e.ENGINES))
     parser.add_argument("--rounds", type=int, default=bench_e2e.ROUNDS,
                         help="measuring rounds, engines taking turns (median reported)")
     parser.add_argument("--runtime-python", default=None,
@@ -29,17 +30,25 @@ def main() -> None:
     parser.add_argument("--out-json", required=True, help=paths.BENCH_E2E)
     parser.add_argument("--out-plot", required=True, help=paths.BENCH_E2E_PLOT)
     args = parser.parse_args()
+    engines = args.engines.split(",")
+    unknown = [name for name in engines if name not in bench_e2e.ENGINES]
+    if unknown or not engines:
+        parser.error(f"--engines: unknown engine {', '.join(map(repr, unknown))}; choose from "
+                     f"{', '.join(bench_e2e.ENGINES)}, separated by commas")
     texts = bench_e2e.SENTENCES
     if args.text:
         try:
             lines = Path(args.text).read_text(encoding="utf-8").splitlines()
         except OSError as err:
             parser.error(f"--text {args.text}: {err.strerror}")
+        except UnicodeDecodeError:
+            parser.error(f"--text {args.text}: not UTF-8 text; give a UTF-8 file, one sentence "
+                         "per line")
         texts = [line.strip() for line in lines if line.strip()]
         if not texts:
             parser.error(f"--text {args.text}: no sentence in the file")
     figures = bench_e2e.run(args.root, args.target, args.threads, args.voice,
-                            args.engines.split(","), args.rounds, args.out_json, args.out_plot,
+                            engines, args.rounds, args.out_json, args.out_plot,
                             args.runtime_python, texts)
     print(json.dumps(figures, indent=1))
 

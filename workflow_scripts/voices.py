@@ -5,22 +5,26 @@ import json
 import sys
 
 from kokoro_tvm import paths
-from kokoro_tvm.assets.voices import voice_assets
+from kokoro_tvm.assets.voices import VOICE_SOURCES, voice_assets
 from kokoro_tvm.errors import run_script
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--source", required=True, choices=["npm", "hf", "path", "random"])
+    parser.add_argument("--source", required=True, choices=sorted(VOICE_SOURCES))
     parser.add_argument("--names", required=True, help="comma-separated voice names")
-    parser.add_argument("--npm-package", default="kokoro-js@1.2.1")
+    parser.add_argument("--npm-package", help="npm package and version (source npm)")
     parser.add_argument("--npm-sha256", help="sha256 of the npm tarball (source npm)")
-    parser.add_argument("--hf-repo", default="hexgrad/Kokoro-82M")
+    parser.add_argument("--hf-repo", help="Hugging Face repository (source hf)")
     parser.add_argument("--folder", help="folder of voice files (source path)")
-    parser.add_argument("--seed", type=int, default=0, help="source random")
+    parser.add_argument("--seed", type=int, help="seed of the random voices (source random)")
     parser.add_argument("--out-dir", required=True, help=paths.ASSET_VOICE_DIR)
     parser.add_argument("--out-provenance", required=True, help=paths.ASSET_VOICES_PROVENANCE)
     args = parser.parse_args()
+    missing = [key for key in VOICE_SOURCES[args.source] if getattr(args, key) is None]
+    if missing:
+        parser.error(f"--source {args.source} needs "
+                     + " and ".join("--" + key.replace("_", "-") for key in missing))
     settings = {"source": args.source, "names": args.names.split(","), "seed": args.seed,
                 "npm_package": args.npm_package, "npm_sha256": args.npm_sha256,
                 "folder": args.folder}

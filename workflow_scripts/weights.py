@@ -5,7 +5,7 @@ import json
 import sys
 
 from kokoro_tvm import paths
-from kokoro_tvm.assets.sources import SOURCES, write_weights
+from kokoro_tvm.assets.sources import SOURCE_OPTIONS, SOURCES, write_weights
 from kokoro_tvm.errors import run_script
 
 
@@ -13,7 +13,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--source", required=True, choices=sorted(SOURCES))
     parser.add_argument("--onnx", help="assembled int8 ONNX (source int8-onnx)")
-    parser.add_argument("--hf-repo", default="hexgrad/Kokoro-82M", help="source hf")
+    parser.add_argument("--hf-repo", help="Hugging Face repository (source hf)")
     parser.add_argument("--checkpoint", help="KModel checkpoint (source path)")
     parser.add_argument("--model-config", help="config.json (source path)")
     parser.add_argument("--seed", type=int, default=0, help="source random")
@@ -23,6 +23,10 @@ def main() -> None:
     parser.add_argument("--out-config", required=True, help=paths.ASSET_CONFIG)
     parser.add_argument("--out-provenance", required=True, help=paths.ASSET_PROVENANCE)
     args = parser.parse_args()
+    missing = [key for key in SOURCE_OPTIONS[args.source] if getattr(args, key) is None]
+    if missing:
+        parser.error(f"--source {args.source} needs "
+                     + " and ".join("--" + key.replace("_", "-") for key in missing))
     settings = {"source": args.source, "hf_repo": args.hf_repo, "checkpoint": args.checkpoint,
                 "model_config": args.model_config, "seed": args.seed,
                 "random_model": json.loads(args.random_model)}

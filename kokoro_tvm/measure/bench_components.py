@@ -25,9 +25,9 @@ from kokoro_tvm import paths
 from kokoro_tvm.atomic import atomic_path, write_json
 from kokoro_tvm.model.components import COMPONENTS, method, run_reference
 from kokoro_tvm.model.patches import patched
+from kokoro_tvm.paths import PathLike
 from kokoro_tvm.runtime.library import Library, Weights
 
-PathLike = str | Path
 PEAK_MATMUL_SIZE = 2048
 
 

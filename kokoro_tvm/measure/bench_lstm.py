@@ -20,8 +20,7 @@ import numpy as np
 
 from kokoro_tvm import paths
 from kokoro_tvm.atomic import atomic_path, write_json
-
-PathLike = str | Path
+from kokoro_tvm.paths import PathLike
 
 
 def _inputs(signature: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
@@ -62,7 +61,7 @@ def benchmark(manifest: PathLike, params: list[PathLike], repeats: int = 5
     entries = []
     for lib in sorted(document["libraries"],
                       key=lambda e: (e["component"], e["lstm"], e["bucket"])):
-        if lib["lstm"] == "none":
+        if lib["lstm"] == paths.WITHOUT_LSTM:
             continue
         if lib["component"] not in params_of:
             raise ValueError(f"no params file given for {lib['component']}")

@@ -3,12 +3,9 @@ PyTorch with the same SineGen noise draws, their log-mel spectrograms and the di
 the SNR."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from kokoro_tvm.atomic import atomic_path
 from kokoro_tvm.facts import SAMPLE_RATE
-
-PathLike = str | Path
+from kokoro_tvm.paths import PathLike
 
 
 def spectrogram_comparison(root: PathLike, target: str, sentence: str, voice: str,

@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kokoro_tvm.atomic import atomic_path
-
-PathLike = str | Path
+from kokoro_tvm.paths import PathLike
 
 
 def _metric_cell(name: str, metric: dict[str, Any]) -> str:

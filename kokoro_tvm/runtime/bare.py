@@ -6,7 +6,7 @@ and only libtvm_runtime (+ libtvm_runtime_cuda for CUDA) beside the tvm and tvm_
 Parameters are bound as in ``library.Library``, which needs nothing beyond the runtime.
 
 CLI (one function, arrays in and out as .npz):
-    python -m kokoro_tvm.runtime.bare --library b16.so --params bert.npz --function bert \\
+    python -m kokoro_tvm.runtime.bare --library b16.so --params bert.npz --function main \\
         --inputs in.npz --out out.npz [--device cpu|cuda] [--repeat N]
 """
 from __future__ import annotations

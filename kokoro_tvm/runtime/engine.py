@@ -19,10 +19,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from kokoro_tvm import paths
 from kokoro_tvm.facts import COMPONENT_NAMES, HARMONICS, SAMPLES_PER_FRAME
 from kokoro_tvm.runtime import cuda
 from kokoro_tvm.runtime.library import Library, Weights
-from kokoro_tvm.runtime.model_folder import ModelFolder, ModelFolderError
+from kokoro_tvm.runtime.model_folder import ModelFolder, ModelFolderError, build_command
 from kokoro_tvm.runtime.speech import ChunkTooLong
 
 # Preferred LSTM lowering when a folder has several, fastest first (bench_lstm, real sizes:
@@ -53,8 +54,7 @@ class Buckets:
             raise BucketMissing(
                 f"{self.component} needs a bucket of at least {size} (largest in "
                 f"{self.folder.path}: {largest}); add {wanted} to buckets.{self.component} in "
-                f"config.yaml and rebuild the folder: snakemake --cores 2 "
-                f"results/dist/{self.folder.target}")
+                f"config.yaml and rebuild the folder: {build_command(self.folder.target)}")
         return min(fitting)
 
     def library(self, bucket: int) -> Library:
@@ -74,7 +74,7 @@ def _device(folder: ModelFolder, kernels: Sequence[Path]):
     kinds = {entry["device"] for entry in folder.libraries}
     if len(kinds) != 1:
         raise ModelFolderError(f"{folder.path} mixes devices {sorted(kinds)}: rebuild it with: "
-                               f"snakemake --cores 2 results/dist/{folder.target}")
+                               f"{build_command(folder.target)}")
     (kind,) = kinds
     return cuda.device(kind, kernels)
 
@@ -87,9 +87,10 @@ def load_components(folder: ModelFolder, lstm: str | None,
         raise ModelFolderError(
             f"{folder.path} has no validated libraries ({len(left_out)} were built for "
             f"{folder.target} but not validated on the build machine); validate them on that "
-            "device (for cuda, a machine with an NVIDIA GPU and nvcc): snakemake --cores 2 "
-            f"--forcerun validate --config targets='[\"{folder.target}\"]' "
-            f"results/dist/{folder.target}")
+            "device (for cuda, a machine with an NVIDIA GPU and nvcc): "
+            f"{build_command(folder.target)} --forcerun validate "
+            f"--config targets='[\"{folder.target}\"]'")
+    folder.check_lstm(lstm)
     device = _device(folder, kernels)
     by_component: dict[str, dict[str, dict[int, dict]]] = {}
     for entry in folder.libraries:
@@ -98,11 +99,12 @@ def load_components(folder: ModelFolder, lstm: str | None,
     missing = [name for name in COMPONENT_NAMES if name not in by_component]
     if missing:
         raise ModelFolderError(f"{folder.path} has no {', '.join(missing)} libraries: rebuild "
-                               f"it with: snakemake --cores 2 results/dist/{folder.target}")
+                               f"it with: {build_command(folder.target)}")
     components = {}
     for component, methods in by_component.items():
         choice = lstm if lstm in methods else next(
-            (m for m in (*LSTM_PREFERENCE, "none") if m in methods), sorted(methods)[0])
+            (m for m in (*LSTM_PREFERENCE, paths.WITHOUT_LSTM) if m in methods),
+            sorted(methods)[0])
         chosen = methods[choice]
         params = folder.file(next(iter(chosen.values()))["params"])
         components[component] = Buckets(component, chosen, folder, Weights(params, device))
@@ -282,8 +284,8 @@ class TvmEngine:
         # A prefix of the chunk's noise is the noise of that many frames (numpy_noise).
         sine_noise = _padded(sine_noise[:, :SAMPLES_PER_FRAME * frames],
                              SAMPLES_PER_FRAME * bucket, axis=1)
-        # The harmonic source stays on the device for the body (on a GPU, 108 MB at 2048
-        # frames would otherwise go to the host and back).
+        # The harmonic source stays on the device for the body (on a GPU, its 22 channels of
+        # 245,761 STFT frames, 21.6 MB at 2048 frames, would otherwise go to the host and back).
         (har,) = library.on_device("source", {
             **common, "phase_noise": phase_noise, "sine_noise": sine_noise})
         (audio,) = library("body", {

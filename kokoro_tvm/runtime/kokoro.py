@@ -48,12 +48,21 @@ def check_speed(speed: float) -> float:
     return value
 
 
-def check_request(folder: ModelFolder, text: str, voice: str, speed: float, lang: str | None
-                  ) -> tuple[float, str]:
+def check_seed(seed: int) -> int:
+    """``seed`` if it is a whole number of 0 or more (numpy's generators take no other)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise RequestError(f"seed {seed!r} is not a whole number of 0 or more: give one such as "
+                           "0 (the same seed gives the same audio)")
+    return seed
+
+
+def check_request(folder: ModelFolder, text: str, voice: str, speed: float, lang: str | None,
+                  seed: int = 0) -> tuple[float, str]:
     """The speed and language of a request to ``folder``'s model, after checking every
     argument (none needs the model loaded)."""
     if not isinstance(text, str) or not text.strip():
         raise SpeechError("the text is empty: give some words to speak")
+    check_seed(seed)
     check_voice(voice, folder)
     if lang is None:
         lang = g2p.language_of_voice(voice)
@@ -80,6 +89,7 @@ class Kokoro:
             raise RequestError(f"unknown language {', '.join(map(repr, unknown))} in languages; "
                                f"choose from {', '.join(g2p.LANGUAGES)}")
         self.folder = model if isinstance(model, ModelFolder) else ModelFolder(model)
+        self.folder.check_lstm(lstm)
         if engine is None:
             from kokoro_tvm.runtime.engine import TvmEngine
 
@@ -97,9 +107,9 @@ class Kokoro:
     def sample_rate(self) -> int:
         return SAMPLE_RATE
 
-    def check_request(self, text: str, voice: str, speed: float, lang: str | None
-                      ) -> tuple[float, str]:
-        return check_request(self.folder, text, voice, speed, lang)
+    def check_request(self, text: str, voice: str, speed: float, lang: str | None,
+                      seed: int = 0) -> tuple[float, str]:
+        return check_request(self.folder, text, voice, speed, lang, seed)
 
     def stream(self, text: str, voice: str = "af_heart", speed: float = 1.0,
                lang: str | None = None, *, seed: int = 0, per_sentence: bool = True,
@@ -108,7 +118,7 @@ class Kokoro:
         first words first: speech.LEAD_FRAMES), each with its text and start time in the whole
         audio. ``lang`` defaults to the voice's language (its first letter, as in Kokoro:
         a -> en-us, b -> en-gb, j -> ja)."""
-        speed, lang = self.check_request(text, voice, speed, lang)
+        speed, lang = self.check_request(text, voice, speed, lang, seed)
         yield from speak_chunks(self.engine, text, voice, speaker=self.folder, lang=lang,
                                 speed=speed, seed=seed, per_sentence=per_sentence,
                                 progress=progress)

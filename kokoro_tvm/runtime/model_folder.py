@@ -23,6 +23,11 @@ class ModelFolderError(UserError):
     machine."""
 
 
+def build_command(target: str) -> str:
+    """The command that builds (or rebuilds) ``target``'s model folder."""
+    return f"snakemake --cores 2 {paths.DIST.format(target=target)}"
+
+
 def _rebuild_hint(folder: Path) -> str:
     return (f"rebuild it with `snakemake --cores 2 {DEFAULT_MODEL}` (or results/dist/TARGET) "
             f"and copy that folder to {folder}")
@@ -73,6 +78,20 @@ class ModelFolder:
     @property
     def voices(self) -> list[str]:
         return list(self.manifest["voices"])
+
+    @property
+    def lstm_methods(self) -> list[str]:
+        """The LSTM lowerings this folder's LSTM components were built with."""
+        return sorted({entry["lstm"] for entry in self.libraries} - {paths.WITHOUT_LSTM})
+
+    def check_lstm(self, lstm: str | None) -> None:
+        """Refuses an LSTM lowering that none of this folder's libraries was built with
+        (None: let the runtime choose)."""
+        if lstm is not None and lstm not in self.lstm_methods:
+            raise ModelFolderError(
+                f"{self.path} has no libraries with LSTM lowering '{lstm}'; it has "
+                f"{', '.join(self.lstm_methods) or 'none'}: give one of those, or leave the "
+                "lowering out to use the fastest")
 
     def file(self, relative: str) -> Path:
         """The path of one file the manifest lists, after checking its sha256 (once)."""

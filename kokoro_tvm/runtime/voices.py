@@ -1,6 +1,7 @@
 """Voices at synthesis time: by name, or a weighted blend such as 'af_heart:0.7,am_adam:0.3'."""
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import numpy as np
@@ -33,6 +34,10 @@ def parse_blend(spec: str) -> list[tuple[str, float]]:
                              ) from None
     if not parts or any(not name for name, _ in parts):
         raise VoiceError(f"voice '{spec}': expected NAME or NAME:WEIGHT,NAME:WEIGHT")
+    for name, weight in parts:
+        if not math.isfinite(weight) or weight < 0:
+            raise VoiceError(f"voice '{spec}': weight {weight} of {name} must be a finite "
+                             "number of 0 or more (weights are normalised to add up to 1)")
     if sum(w for _, w in parts) <= 0:
         raise VoiceError(f"voice '{spec}': weights must add up to more than 0")
     return parts

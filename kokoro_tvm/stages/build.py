@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from kokoro_tvm.atomic import sha256_file, write_json
-from kokoro_tvm.stages.common import IMPORT_FIGURES, PathLike, load_ir
+from kokoro_tvm.paths import PathLike
+from kokoro_tvm.stages.common import IMPORT_FIGURES, load_ir
 
 
 def _module_figure(mod, name: str):

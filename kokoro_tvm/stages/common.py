@@ -7,9 +7,9 @@ import typing
 from pathlib import Path
 
 from kokoro_tvm.atomic import atomic_path
+from kokoro_tvm.paths import PathLike
 
-PathLike = str | Path
-# Figures the import stage keeps as module attributes ("kokoro_tvm.<name>") for the build
+# Figures the relax stage keeps as module attributes ("kokoro_tvm.<name>") for the build
 # stage's metadata; the build strips them so that libraries stay bit-identical across rebuilds.
 IMPORT_FIGURES = ("ir_lines", "import_seconds")
 

@@ -13,8 +13,8 @@ from kokoro_tvm import paths
 from kokoro_tvm.atomic import sha256_file, umask, write_json
 from kokoro_tvm.compile.devices import host_machine
 from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.paths import PathLike
 from kokoro_tvm.runtime.model_folder import FORMAT
-from kokoro_tvm.stages.common import PathLike
 
 
 def _place(source: Path, folder: Path, relative: str, files: dict[str, str]) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from kokoro_tvm.atomic import atomic_path
-from kokoro_tvm.stages.common import PathLike, kmodel, save_programs
+from kokoro_tvm.paths import PathLike
+from kokoro_tvm.stages.common import kmodel, save_programs
 
 
 def export(checkpoint: PathLike, model_config: PathLike, component: str, bucket: int,

@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import Any
 
 from kokoro_tvm.atomic import atomic_path
-from kokoro_tvm.stages.common import PathLike, load_ir
+from kokoro_tvm.paths import PathLike
+from kokoro_tvm.stages.common import load_ir
 
 
 def lower(relax_json: PathLike, target_options: dict[str, Any], out: PathLike,

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from kokoro_tvm.atomic import write_json
-from kokoro_tvm.stages.common import PathLike
+from kokoro_tvm.paths import PathLike
 
 
 def manifest(metas: list[PathLike], validations: list[PathLike], target: str,

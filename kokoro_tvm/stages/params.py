@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from kokoro_tvm.atomic import atomic_path
-from kokoro_tvm.stages.common import PathLike, kmodel
+from kokoro_tvm.paths import PathLike
+from kokoro_tvm.stages.common import kmodel
 
 
 def write_params(checkpoint: PathLike, model_config: PathLike, component: str,

@@ -6,10 +6,11 @@ from typing import Any
 
 from kokoro_tvm.atomic import atomic_path
 from kokoro_tvm.errors import UserError
-from kokoro_tvm.stages.common import PathLike, load_programs
+from kokoro_tvm.paths import PathLike
+from kokoro_tvm.stages.common import load_programs
 
 
-class ImportFailed(UserError):
+class RelaxImportFailed(UserError):
     """An exported program TVM cannot import (an unsupported op, say); names the artifact."""
 
 
@@ -23,7 +24,7 @@ def relax(exported: PathLike, lstm: str, out: PathLike) -> dict[str, Any]:
     try:
         mod, _ = import_programs(load_programs(exported), lstm)
     except Exception as err:  # TVM's importer reports unsupported ops with assorted types
-        raise ImportFailed(f"{exported}: cannot import into Relax with lstm method '{lstm}': "
+        raise RelaxImportFailed(f"{exported}: cannot import into Relax with lstm method '{lstm}': "
                            f"{type(err).__name__}: {err}") from err
     figures = {"import_seconds": round(time.perf_counter() - started, 3), "ir_lines": ir_lines(mod)}
     mod = mod.with_attrs({f"kokoro_tvm.{k}": v for k, v in figures.items()})

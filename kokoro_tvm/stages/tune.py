@@ -5,7 +5,8 @@ from pathlib import Path
 from typing import Any
 
 from kokoro_tvm.atomic import write_json
-from kokoro_tvm.stages.common import PathLike, load_ir
+from kokoro_tvm.paths import PathLike
+from kokoro_tvm.stages.common import load_ir
 
 
 def tune(relax_json: PathLike, target_options: dict[str, Any], max_trials: int,

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from kokoro_tvm.atomic import write_json
-from kokoro_tvm.stages.common import PathLike
+from kokoro_tvm.paths import PathLike
 
 
 def validate(component: str, lstm: str, bucket: int, library: PathLike, params: PathLike,

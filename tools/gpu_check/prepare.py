@@ -2,7 +2,7 @@
 """Bundle what the GPU check needs (default results/gpu_check, under 64 MiB); check.py runs it.
 
 From a build of tools/gpu_check/config.yaml (the real model's sizes, the cuda target, each
-component at the smallest and largest bucket of config.yaml):
+component at two buckets of config.yaml: its largest, and a small one):
 
 - libs/: those cuda libraries; kernels/: their CUDA kernels compiled here by nvcc for the
   target's arch (a runtime-only TVM cannot compile them there), by source sha256;

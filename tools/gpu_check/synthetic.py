@@ -1,7 +1,7 @@
 """Seeded synthetic weights that numpy alone reproduces bit for bit on any machine.
 
-The GPU check cannot carry the weights (the tiny model's decoder alone is 173 MB; the device
-machine takes 64 MiB), so both sides make them: per tensor, uniform values with the mean and
+The GPU check cannot carry the weights (the real model's are 327 MB; the device machine takes
+64 MiB), so both sides make them: per tensor, uniform values with the mean and
 standard deviation of the real tensor, from a splitmix64 counter hash of (name, index) — plain
 uint64 arithmetic, independent of numpy's random streams and version.
 """
