@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.runtime import g2p
+from kokoro_tvm.runtime.kokoro import SPEED_RANGE
 from kokoro_tvm.runtime.model_folder import DEFAULT_MODEL
 
 ENGINES = ("tvm", "torch")
@@ -172,8 +173,10 @@ def parser() -> argparse.ArgumentParser:
                    help="a voice name or a blend like af_heart:0.7,am_adam:0.3 (kokoro-tvm voices)")
     p.add_argument("--lang", default=None, choices=g2p.LANGUAGES,
                    help="the G2P's language (default: the voice's, from its first letter)")
-    p.add_argument("--speed", type=float, default=1.0, help="0.5 to 2 (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="seeds SineGen's noise (repeatable audio)")
+    p.add_argument("--speed", type=float, default=1.0,
+                   help="{} to {} (default 1: Kokoro's normal pace)".format(*SPEED_RANGE))
+    p.add_argument("--seed", type=int, default=0,
+                   help="0 or more: seeds SineGen's noise (the same seed, the same audio)")
     p.add_argument("--engine", default="tvm", choices=ENGINES,
                    help="tvm: the compiled libraries (default); torch: the PyTorch reference on "
                         "the same weights (needs kokoro-tvm[build])")

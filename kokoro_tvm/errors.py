@@ -13,11 +13,11 @@ class WeightSourceError(UserError):
     """A weight source that cannot deliver; the message says what to change."""
 
 
-def run_script(main: Callable[[], object], prog: str | None = None) -> int:
+def run_script(main: Callable[[], object]) -> int:
     """Runs a CLI's main; a UserError becomes one 'error:' line on stderr and exit status 1."""
     try:
         main()
     except UserError as err:
-        print(f"{prog or sys.argv[0]}: error: {err}", file=sys.stderr)
+        print(f"{sys.argv[0]}: error: {err}", file=sys.stderr)
         return 1
     return 0

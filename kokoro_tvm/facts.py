@@ -8,5 +8,7 @@ SAMPLES_PER_FRAME = 600
 HARMONICS = 9
 # The compiled components, in the order a forward pass runs them (docs/architecture.md).
 COMPONENT_NAMES = ("bert", "duration", "text_encoder", "f0n", "decoder")
+# A voice's style vector (ref_s) is two halves of this width: the decoder's, then the prosody's.
+STYLE_DIM = 128
 # KModel's submodules: the checkpoint holds one state dict per submodule.
 SUBMODULES = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")

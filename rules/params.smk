@@ -13,6 +13,8 @@ rule params:
         versions=versions("torch", "kokoro"),
     log:
         "logs/params/{component}.log",
+    benchmark:
+        "benchmarks/params/{component}.tsv"
     conda:
         "../envs/kokoro-tvm.yaml"
     shell:

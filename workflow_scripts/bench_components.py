@@ -14,14 +14,14 @@ import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.script_args import add_model_arguments
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--manifest", required=True, help=paths.MANIFEST)
-    parser.add_argument("--checkpoint", required=True, help=paths.ASSET_WEIGHTS)
-    parser.add_argument("--model-config", required=True, help=paths.ASSET_CONFIG)
+    add_model_arguments(parser)
     parser.add_argument("--params", nargs="+", required=True,
                         help=f"{paths.PARAMS} of every component")
     parser.add_argument("--threads", type=int, default=2)

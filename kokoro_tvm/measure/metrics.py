@@ -39,6 +39,23 @@ def metric(value: float, tolerance: float | None = None, bound: str = "max") -> 
     return entry
 
 
+def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """max |out - ref| / max |ref| over ``ref``'s finite values (the absolute error where ``ref``
+    is all zeros); inf where the shapes differ, ``out`` is not finite where ``ref`` is, or their
+    NaNs and infinities differ."""
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    if out.shape != ref.shape:
+        return float("inf")
+    finite = np.isfinite(ref)
+    if not (np.array_equal(out[~finite], ref[~finite], equal_nan=True)
+            and np.isfinite(out[finite]).all()):
+        return float("inf")
+    if not finite.any():
+        return 0.0
+    scale = float(np.max(np.abs(ref[finite]))) or 1.0
+    return float(np.max(np.abs(out[finite] - ref[finite]))) / scale
+
+
 def tight_metrics(out: np.ndarray, ref: np.ndarray, tolerance: float | None
                   ) -> dict[str, dict[str, Any]]:
     """Max abs error, the output's scale, and their ratio (judged against ``tolerance``)."""
@@ -46,9 +63,8 @@ def tight_metrics(out: np.ndarray, ref: np.ndarray, tolerance: float | None
         return {"shape_matches": metric(0.0, 1.0, "min")}
     err = float(np.max(np.abs(out.astype(np.float64) - ref))) if out.size else 0.0
     scale = float(np.max(np.abs(ref))) if ref.size else 0.0
-    rel = err / scale if scale > 0 else err
     return {"max_abs_error": metric(err), "scale": metric(scale),
-            "relative_error": metric(rel, tolerance)}
+            "relative_error": metric(relative_error(out, ref), tolerance)}
 
 
 @functools.lru_cache(maxsize=4)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from kokoro_tvm import paths
-from kokoro_tvm.facts import COMPONENT_NAMES, HARMONICS, SAMPLES_PER_FRAME
+from kokoro_tvm.facts import COMPONENT_NAMES, HARMONICS, SAMPLES_PER_FRAME, STYLE_DIM
 from kokoro_tvm.runtime import cuda
 from kokoro_tvm.runtime.library import Library, Weights
 from kokoro_tvm.runtime.model_folder import ModelFolder, ModelFolderError, build_command
@@ -223,7 +223,7 @@ class TvmEngine:
         noise drawn meanwhile; refuses a chunk that no decoder bucket fits before any work."""
         c = self.components
         ref_s = np.asarray(ref_s, dtype=np.float32).reshape(1, -1)
-        style_decoder, style_prosody = ref_s[:, :128], ref_s[:, 128:]
+        style_decoder, style_prosody = ref_s[:, :STYLE_DIM], ref_s[:, STYLE_DIM:]
         tokens = np.array([[0, *ids, 0]], dtype=np.int64)
         n = tokens.shape[1]
 

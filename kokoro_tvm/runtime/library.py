@@ -44,7 +44,7 @@ def parameter_names(vm: VirtualMachine, function: str) -> list[str]:
 
 
 def prepare_weights(vm: VirtualMachine, function: str, weight: Callable[[str], object],
-                    library: str | os.PathLike = "library") -> list:
+                    library: str | os.PathLike) -> list:
     """The prepared weights ``function`` takes after its inputs: its transform function run on
     ``weight(name)`` for each weight it names."""
     transform = function + TRANSFORM_SUFFIX

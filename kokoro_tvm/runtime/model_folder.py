@@ -143,6 +143,6 @@ class AssetFolder:
         return load_vocab(self.path / paths.MODEL_CONFIG)
 
     @classmethod
-    def of_build(cls, root: str | Path = ".") -> AssetFolder:
+    def of_build(cls, root: str | Path) -> AssetFolder:
         """The assets of the build whose results/ is in ``root``."""
         return cls(paths.artifact(paths.ASSETS, root))

@@ -183,13 +183,13 @@ def end_to_end(kmodel, folder: Path, bundle: Path, document: dict, device: str,
     import numpy as np
     import torch
 
-    from kokoro_tvm.facts import SAMPLE_RATE
+    from kokoro_tvm.facts import SAMPLE_RATE, STYLE_DIM
     from kokoro_tvm.runtime.bare import median_ms
     from kokoro_tvm.runtime.engine import TvmEngine
 
     engine = TvmEngine(folder, kernels=[bundle / "kernels"])
     ref_s = STYLE_STD * np.random.default_rng(document["seed"]).standard_normal(
-        (1, 256)).astype(np.float32)
+        (1, 2 * STYLE_DIM)).astype(np.float32)
     style = torch.from_numpy(ref_s).to(device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rows = []
@@ -244,30 +244,12 @@ def _probe_inputs(signature: list[dict], scale: float, seed: int) -> list:
     return inputs
 
 
-def _probe_error(out, ref) -> float:
-    """Relative error over the finite values; inf where shapes, NaNs or infinities differ."""
-    import numpy as np
-
-    if out.shape != ref.shape:
-        return float("inf")
-    if out.dtype.kind not in "fc":
-        return 0.0 if np.array_equal(out, ref) else float("inf")
-    finite = np.isfinite(ref)
-    # NaNs at the same places, infinities the same (equal_nan compares the non-finite part).
-    if not np.array_equal(out[~finite], ref[~finite], equal_nan=True) or not np.isfinite(
-            out[finite]).all():
-        return float("inf")
-    if not finite.any():
-        return 0.0
-    scale = float(np.max(np.abs(ref[finite]))) or 1.0
-    return float(np.max(np.abs(out[finite].astype(np.float64) - ref[finite]))) / scale
-
-
 def probe_ops(bundle: Path, document: dict, device: str, tolerance: float) -> list[dict]:
     """Each op probe on ``device`` against the CPU, at every scale."""
     import tvm
     from tvm.runtime.vm import VirtualMachine
 
+    from kokoro_tvm.measure.metrics import relative_error
     from kokoro_tvm.runtime.cuda import device as tvm_device
     from kokoro_tvm.runtime.library import as_tensors
 
@@ -284,7 +266,7 @@ def probe_ops(bundle: Path, document: dict, device: str, tolerance: float) -> li
                     *[tvm.runtime.tensor(a, dev) for a in inputs]))]
                 refs = [t.numpy() for t in as_tensors(cpu[name](
                     *[tvm.runtime.tensor(a, tvm.cpu()) for a in inputs]))]
-                row[f"error_at_{scale:g}"] = max(_probe_error(o, r) for o, r in zip(outs, refs))
+                row[f"error_at_{scale:g}"] = max(relative_error(o, r) for o, r in zip(outs, refs))
             except Exception as err:  # noqa: BLE001 - a failing op is a finding, not the end
                 row[f"error_at_{scale:g}"] = float("inf")
                 row["exception"] = f"{type(err).__name__}: {str(err)[:300]}"
@@ -349,11 +331,11 @@ def sweep(bundle: Path, document: dict, folder: str, case, repeat: int, toleranc
     """Each bundled variant of a sweep (``folder``: tiles, lstm) against PyTorch on ``device``:
     relative error, milliseconds and TFLOP/s of both; ``case(shape, seed, device)`` gives the
     inputs and PyTorch's computation."""
-    import numpy as np
     import torch
     import tvm
     from tvm.runtime.vm import VirtualMachine
 
+    from kokoro_tvm.measure.metrics import relative_error
     from kokoro_tvm.runtime.bare import median_ms
     from kokoro_tvm.runtime.cuda import device as tvm_device
 
@@ -369,7 +351,7 @@ def sweep(bundle: Path, document: dict, folder: str, case, repeat: int, toleranc
             args = [tvm.runtime.tensor(a, dev) for a in inputs]
             out = vm["main"](*args).numpy()
             ref = reference().cpu().numpy()
-            error = float(np.max(np.abs(out - ref)) / np.max(np.abs(ref)))
+            error = relative_error(out, ref)
             tvm_ms = median_ms(lambda: vm["main"](*args), dev.sync, repeat)
             torch_ms = median_ms(reference, torch_sync, repeat)
             row.update(relative_error=error, passed=error <= tolerance, tvm_ms=round(tvm_ms, 3),
@@ -383,7 +365,7 @@ def sweep(bundle: Path, document: dict, folder: str, case, repeat: int, toleranc
     return rows
 
 
-def check_model(kmodel, weights: dict, args, document: dict, device: str, torch_device: str,
+def check_model(kmodel, weights: dict, args, document: dict, device: str,
                 summary: dict, save) -> None:
     """Parts 1 and 2: every library, then the sentences end to end; ``save()`` after each."""
     from kokoro_tvm import paths
@@ -410,7 +392,7 @@ def check_model(kmodel, weights: dict, args, document: dict, device: str, torch_
     write_model_folder(folder, args.bundle, document,
                        {r["case"]: r["passed"] for r in summary["libraries"]})
     try:
-        summary["end_to_end"] = end_to_end(kmodel, folder, args.bundle, document, torch_device,
+        summary["end_to_end"] = end_to_end(kmodel, folder, args.bundle, document, device,
                                            max(3, args.repeat // 3))
         for row in summary["end_to_end"]:
             print("e2e", json.dumps(row), flush=True)
@@ -452,7 +434,6 @@ def main() -> None:
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     device = "cuda" if document["target"] == "cuda" else "cpu"
-    torch_device = "cuda" if device == "cuda" else "cpu"
     print(f"tvm {tvm.__version__} (runtime only), torch {torch.__version__}, python "
           f"{sys.version.split()[0]}, device "
           f"{torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}", flush=True)
@@ -467,12 +448,12 @@ def main() -> None:
         if args.out:
             write_text(args.out, json.dumps(summary, indent=1, default=str))
     try:
-        kmodel, weights = synthetic_kmodel(args.bundle, document, torch_device)
+        kmodel, weights = synthetic_kmodel(args.bundle, document, device)
     except Exception as err:  # noqa: BLE001 - without PyTorch's model, the probes still run
         summary["model_error"] = f"{type(err).__name__}: {str(err)[:500]}"
         print("PyTorch model failed:", summary["model_error"], flush=True)
     else:
-        check_model(kmodel, weights, args, document, device, torch_device, summary, save)
+        check_model(kmodel, weights, args, document, device, summary, save)
     if device == "cuda":
         summary["tiles"] = sweep(args.bundle, document, "tiles", conv_case, args.repeat,
                                  TIGHT_RELATIVE)
