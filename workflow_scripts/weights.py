@@ -7,6 +7,7 @@ import sys
 from kokoro_tvm import paths
 from kokoro_tvm.assets.sources import SOURCE_OPTIONS, SOURCES, write_weights
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.script_args import require_options
 
 
 def main() -> None:
@@ -23,10 +24,7 @@ def main() -> None:
     parser.add_argument("--out-config", required=True, help=paths.ASSET_CONFIG)
     parser.add_argument("--out-provenance", required=True, help=paths.ASSET_PROVENANCE)
     args = parser.parse_args()
-    missing = [key for key in SOURCE_OPTIONS[args.source] if getattr(args, key) is None]
-    if missing:
-        parser.error(f"--source {args.source} needs "
-                     + " and ".join("--" + key.replace("_", "-") for key in missing))
+    require_options(parser, args, SOURCE_OPTIONS[args.source])
     settings = {"source": args.source, "hf_repo": args.hf_repo, "checkpoint": args.checkpoint,
                 "model_config": args.model_config, "seed": args.seed,
                 "random_model": json.loads(args.random_model)}

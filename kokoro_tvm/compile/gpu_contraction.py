@@ -23,20 +23,17 @@ import dataclasses
 import math
 
 import tvm
-from tvm import relax, s_tir
+from tvm import s_tir
 from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.gpu.matmul import (
     auto_inline_consumer_chain,
     auto_inline_producers,
 )
 
-from kokoro_tvm.compile.schedules.common import root_blocks, tvm_legalization
+from kokoro_tvm.compile.schedules.common import root_blocks
 from kokoro_tvm.compile.schedules.contraction import find_contraction
-from kokoro_tvm.compile.schedules.conv1d import conv1d_compute, static_float32_ncw
-from kokoro_tvm.compile.schedules.conv_transpose import (
-    conv1d_transpose_compute,
-    phase_weights,
-)
+from kokoro_tvm.compile.schedules.conv1d import conv1d_legalization
+from kokoro_tvm.compile.schedules.conv_transpose import conv1d_transpose_legalization
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,37 +57,17 @@ DEFAULT_TILE = Tile()
 SHARED_BYTES = 40 * 1024  # of the 48 KiB a thread block may use without opting in
 
 
-def legalize_conv1d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """relax.nn.conv1d -> the contraction, time padded to whole tiles (TVM's own legalization
-    where unsupported)."""
-    attrs = call.attrs
-    x, w = call.args
-    if not static_float32_ncw(call, kernel_layout="OIW"):
-        return tvm_legalization(bb, call)
-    return bb.call_te(conv1d_compute, x, w, int(attrs.strides[0]),
-                      (int(attrs.padding[0]), int(attrs.padding[1])), int(attrs.dilation[0]),
-                      int(attrs.groups), DEFAULT_TILE.cols, primfunc_name_hint="conv1d")
+def _whole_tiles(rows: int, out_len: int) -> int:
+    return DEFAULT_TILE.cols
 
 
-def legalize_conv1d_transpose(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """relax.nn.conv1d_transpose -> polyphase, unpadded (TVM's own where unsupported)."""
-    attrs = call.attrs
-    x, w = call.args
-    if not (static_float32_ncw(call, kernel_layout="IOW") and int(attrs.dilation[0]) == 1):
-        return tvm_legalization(bb, call)
-    stride, groups = int(attrs.strides[0]), int(attrs.groups)
-    padding = (int(attrs.padding[0]), int(attrs.padding[1]))
-    kernel = int(w.ty.shape[2])
-    wpoly = bb.emit(bb.call_te(phase_weights, w, stride, padding[0], groups,
-                               primfunc_name_hint="phase_weights"))
-    return bb.call_te(conv1d_transpose_compute, x, wpoly, kernel, padding,
-                      int(attrs.output_padding[0]), groups, 1,
-                      primfunc_name_hint="conv1d_transpose")
+def _unpadded(rows: int, out_len: int) -> int:
+    return 1
 
 
 LEGALIZATIONS = {
-    "relax.nn.conv1d": legalize_conv1d,
-    "relax.nn.conv1d_transpose": legalize_conv1d_transpose,
+    "relax.nn.conv1d": conv1d_legalization(_whole_tiles),
+    "relax.nn.conv1d_transpose": conv1d_transpose_legalization(_unpadded),
 }
 
 

@@ -69,8 +69,10 @@ def lowered(shape: tuple, variant: str, target):
 
 def flops(shape: tuple) -> float:
     """Multiply-adds x 2 of the convolution (the useful ones: no zero-stuffing)."""
+    from kokoro_tvm.compile.schedules.conv1d import output_length
+
     _, kind, c_in, c_out, kernel, stride, dilation, padding, length = shape
     if kind == "conv1d":
-        out = (length + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+        out = output_length(length, kernel, stride, (padding, padding), dilation)
         return 2.0 * c_in * c_out * kernel * out
     return 2.0 * c_in * c_out * kernel * length

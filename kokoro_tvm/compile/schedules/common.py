@@ -16,3 +16,9 @@ def root_blocks(sch: s_tir.Schedule) -> list:
         return list(sch.get_child_blocks(sch.get_sblock("root")))
     except Exception:  # noqa: BLE001 - TVM raises its own error types for a missing block
         return []
+
+
+def loop_extent(sch: s_tir.Schedule, loop) -> int | None:
+    """A loop's extent where it is a constant, else None."""
+    extent = sch.get(loop).extent
+    return int(extent) if isinstance(extent, tvm.tirx.IntImm) else None

@@ -22,7 +22,7 @@ import json
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from kokoro_tvm.compile.schedules.common import root_blocks
+from kokoro_tvm.compile.schedules.common import loop_extent, root_blocks
 from kokoro_tvm.compile.schedules.cpu import CpuFacts, cpu_facts
 from kokoro_tvm.compile.schedules.elementwise import PARALLEL_CHUNKS, schedule_root_blocks
 
@@ -68,10 +68,6 @@ def annotation(row_axis: int, vec_axis: int, tile_input: str | None = None,
     return {ANNOTATION: json.dumps(axes)}
 
 
-def _extent(sch: s_tir.Schedule, loop) -> int:
-    return int(sch.get(loop).extent)
-
-
 def find_contraction(sch: s_tir.Schedule) -> tuple[s_tir.schedule.SBlockRV, dict] | None:
     """The annotated contraction block of the function, if any, and its axes."""
     for block in root_blocks(sch):
@@ -94,7 +90,7 @@ def vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
     loops = sch.get_loops(block)
     if not loops:
         return
-    extent = _extent(sch, loops[-1])
+    extent = loop_extent(sch, loops[-1])
     if extent % lanes == 0 and extent > lanes:
         _, inner = sch.split(loops[-1], [None, lanes])
         sch.vectorize(inner)
@@ -112,7 +108,7 @@ def schedule_contraction(sch: s_tir.Schedule, block, axes: dict, facts: CpuFacts
     reduce = [loop for loop, k in zip(loops, kinds) if k != tirx.IterVar.DataPar]
     row, vec = spatial[axes["row"]], spatial[axes["vec"]]
     others = [loop for i, loop in enumerate(spatial) if i not in (axes["row"], axes["vec"])]
-    rows, vecs = _extent(sch, row), _extent(sch, vec)
+    rows, vecs = loop_extent(sch, row), loop_extent(sch, vec)
     r, m = register_tile(facts, rows, vecs)
     if vecs % lanes:
         lanes = 1  # not a padded axis (a legalization chose not to pad): scalar tiles

@@ -9,6 +9,8 @@ has many tiles.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import tvm
 from tvm import relax, te, tirx
 
@@ -16,13 +18,26 @@ from kokoro_tvm.compile.schedules.common import tvm_legalization
 from kokoro_tvm.compile.schedules.contraction import annotation, vec_multiple
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
 
+# How a legalization pads time: (output rows, output length) -> the multiple it pads to.
+TimeMultiple = Callable[[int, int], int]
+
+
+def output_length(length: int, kernel: int, stride: int, padding: tuple[int, int],
+                  dilation: int) -> int:
+    return (length + sum(padding) - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def cpu_time_multiple(rows: int, out_len: int) -> int:
+    """The CPU contraction's vec tile for the current target."""
+    return vec_multiple(cpu_facts(tvm.target.Target.current(allow_none=False)), rows, out_len)
+
 
 def conv1d_compute(x: te.Tensor, w: te.Tensor, stride: int, padding: tuple[int, int],
                    dilation: int, groups: int, multiple: int) -> te.Tensor:
     n, c_in, length = (int(d) for d in x.shape)
     c_out, c_group, kernel = (int(d) for d in w.shape)
-    left, right = padding
-    out_len = (length + left + right - dilation * (kernel - 1) - 1) // stride + 1
+    left = padding[0]
+    out_len = output_length(length, kernel, stride, padding, dilation)
     padded = -(-out_len // multiple) * multiple
     span = (padded - 1) * stride + dilation * (kernel - 1) + 1
     per_group = c_out // groups
@@ -54,20 +69,26 @@ def static_float32_ncw(call: relax.Call, kernel_layout: str) -> bool:
             and all(isinstance(d, tvm.ir.prim.expr.IntImm) for d in (*x.ty.shape, *w.ty.shape)))
 
 
-def legalize_conv1d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """relax.nn.conv1d -> the padded contraction (TVM's own legalization where unsupported)."""
-    attrs = call.attrs
-    x, w = call.args
-    if not static_float32_ncw(call, kernel_layout="OIW"):
-        return tvm_legalization(bb, call)
-    facts = cpu_facts(tvm.target.Target.current(allow_none=False))
-    length = int(x.ty.shape[2])
-    stride, dilation = int(attrs.strides[0]), int(attrs.dilation[0])
-    padding = (int(attrs.padding[0]), int(attrs.padding[1]))
-    kernel = int(w.ty.shape[2])
-    out_len = (length + sum(padding) - dilation * (kernel - 1) - 1) // stride + 1
-    return bb.call_te(conv1d_compute, x, w, stride, padding, dilation, int(attrs.groups),
-                      vec_multiple(facts, int(w.ty.shape[0]), out_len), primfunc_name_hint="conv1d")
+def conv1d_legalization(time_multiple: TimeMultiple):
+    """A relax.nn.conv1d legalization into the contraction, time padded to ``time_multiple``'s
+    multiple (TVM's own legalization where unsupported)."""
+    def legalize_conv1d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        attrs = call.attrs
+        x, w = call.args
+        if not static_float32_ncw(call, kernel_layout="OIW"):
+            return tvm_legalization(bb, call)
+        stride, dilation = int(attrs.strides[0]), int(attrs.dilation[0])
+        padding = (int(attrs.padding[0]), int(attrs.padding[1]))
+        out_len = output_length(int(x.ty.shape[2]), int(w.ty.shape[2]), stride, padding,
+                                dilation)
+        return bb.call_te(conv1d_compute, x, w, stride, padding, dilation, int(attrs.groups),
+                          time_multiple(int(w.ty.shape[0]), out_len),
+                          primfunc_name_hint="conv1d")
+
+    return legalize_conv1d
+
+
+legalize_conv1d = conv1d_legalization(cpu_time_multiple)
 
 
 

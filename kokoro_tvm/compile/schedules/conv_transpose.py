@@ -16,13 +16,15 @@ channels, vec: q, padded to whole tiles); the interleave is a separate pass.
 """
 from __future__ import annotations
 
-import tvm
 from tvm import relax, te, tirx
 
 from kokoro_tvm.compile.schedules.common import tvm_legalization
-from kokoro_tvm.compile.schedules.contraction import annotation, vec_multiple
-from kokoro_tvm.compile.schedules.conv1d import static_float32_ncw
-from kokoro_tvm.compile.schedules.cpu import cpu_facts
+from kokoro_tvm.compile.schedules.contraction import annotation
+from kokoro_tvm.compile.schedules.conv1d import (
+    TimeMultiple,
+    cpu_time_multiple,
+    static_float32_ncw,
+)
 
 
 def output_length(length: int, kernel: int, stride: int, padding: tuple[int, int],
@@ -73,23 +75,29 @@ def conv1d_transpose_compute(x: te.Tensor, wpoly: te.Tensor, kernel: int,
                       name="interleave")
 
 
-def legalize_conv1d_transpose(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """relax.nn.conv1d_transpose -> polyphase (TVM's own legalization where unsupported)."""
-    attrs = call.attrs
-    x, w = call.args
-    supported = static_float32_ncw(call, kernel_layout="IOW") and int(attrs.dilation[0]) == 1
-    if not supported:
-        return tvm_legalization(bb, call)
-    facts = cpu_facts(tvm.target.Target.current(allow_none=False))
-    stride, groups = int(attrs.strides[0]), int(attrs.groups)
-    padding = (int(attrs.padding[0]), int(attrs.padding[1]))
-    output_padding = int(attrs.output_padding[0])
-    length, kernel = int(x.ty.shape[2]), int(w.ty.shape[2])
-    out_len = output_length(length, kernel, stride, padding, output_padding)
-    phases = -(-out_len // stride)
-    rows = int(w.ty.shape[1]) * groups
-    wpoly = bb.emit(bb.call_te(phase_weights, w, stride, padding[0], groups,
-                               primfunc_name_hint="phase_weights"))
-    return bb.call_te(conv1d_transpose_compute, x, wpoly, kernel, padding, output_padding,
-                      groups, vec_multiple(facts, rows, phases),
-                      primfunc_name_hint="conv1d_transpose")
+def conv1d_transpose_legalization(time_multiple: TimeMultiple):
+    """A relax.nn.conv1d_transpose legalization, polyphase, each phase's time padded to
+    ``time_multiple``'s multiple (TVM's own legalization where unsupported)."""
+    def legalize_conv1d_transpose(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        attrs = call.attrs
+        x, w = call.args
+        supported = (static_float32_ncw(call, kernel_layout="IOW")
+                     and int(attrs.dilation[0]) == 1)
+        if not supported:
+            return tvm_legalization(bb, call)
+        stride, groups = int(attrs.strides[0]), int(attrs.groups)
+        padding = (int(attrs.padding[0]), int(attrs.padding[1]))
+        output_padding = int(attrs.output_padding[0])
+        kernel = int(w.ty.shape[2])
+        out_len = output_length(int(x.ty.shape[2]), kernel, stride, padding, output_padding)
+        wpoly = bb.emit(bb.call_te(phase_weights, w, stride, padding[0], groups,
+                                   primfunc_name_hint="phase_weights"))
+        return bb.call_te(conv1d_transpose_compute, x, wpoly, kernel, padding, output_padding,
+                          groups, time_multiple(int(w.ty.shape[1]) * groups,
+                                                -(-out_len // stride)),
+                          primfunc_name_hint="conv1d_transpose")
+
+    return legalize_conv1d_transpose
+
+
+legalize_conv1d_transpose = conv1d_transpose_legalization(cpu_time_multiple)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from kokoro_tvm.compile.schedules.common import root_blocks
+from kokoro_tvm.compile.schedules.common import loop_extent, root_blocks
 from kokoro_tvm.compile.schedules.cpu import CpuFacts, cpu_facts
 
 # Below this many iterations a parallel loop costs more than it saves.
@@ -37,11 +37,6 @@ def _parallel_outer(sch, loops, extents) -> None:
     sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
 
 
-def _extent(sch, loop) -> int | None:
-    extent = sch.get(loop).extent
-    return int(extent) if isinstance(extent, tirx.IntImm) else None
-
-
 def _vectorizable(stmt) -> bool:
     """TVM cannot vectorize stores or loads of bool buffers (they are i8 vectors in LLVM)."""
     regions = [*stmt.reads, *stmt.writes]
@@ -54,7 +49,7 @@ def schedule_block(sch: s_tir.Schedule, block, facts: CpuFacts) -> None:
     kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
     if not loops or len(loops) != len(kinds):
         return
-    extents = [_extent(sch, loop) for loop in loops]
+    extents = [loop_extent(sch, loop) for loop in loops]
     if any(e is None for e in extents):
         return
     total = 1
