@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
@@ -39,17 +38,13 @@ def time_library(library: PathLike, params: PathLike, function: str,
                  signature: dict[str, Any], repeats: int, seed: int = 0) -> dict[str, float]:
     """Median and minimum milliseconds of ``repeats`` calls, after one warm-up call (which also
     prepares the weights)."""
+    from kokoro_tvm.runtime.bare import call_ms
     from kokoro_tvm.runtime.library import Library, Weights
 
     call = Library(library, Weights(params)).bind(function, _inputs(signature, seed))
-    call()
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        seconds.append(time.perf_counter() - start)
-    return {"latency_ms_median": 1e3 * statistics.median(seconds),
-            "latency_ms_min": 1e3 * min(seconds), "repeats": repeats}
+    times = call_ms(call, lambda: None, repeats)
+    return {"latency_ms_median": statistics.median(times), "latency_ms_min": min(times),
+            "repeats": repeats}
 
 
 def benchmark(manifest: PathLike, params: list[PathLike], repeats: int = 5

@@ -23,9 +23,9 @@ from kokoro_tvm.runtime.cuda import device
 from kokoro_tvm.runtime.library import Library, Weights
 
 
-def median_ms(call: Callable[[], object], sync: Callable[[], object], repeat: int) -> float:
-    """Median wall milliseconds of ``call`` over ``repeat`` calls after one warm-up, each
-    followed by ``sync`` (the device's, so that asynchronous GPU work is counted)."""
+def call_ms(call: Callable[[], object], sync: Callable[[], object], repeat: int) -> list[float]:
+    """Wall milliseconds of ``repeat`` calls of ``call`` after one warm-up, each followed by
+    ``sync`` (the device's, so that asynchronous GPU work is counted)."""
     call()
     sync()
     times = []
@@ -34,7 +34,12 @@ def median_ms(call: Callable[[], object], sync: Callable[[], object], repeat: in
         call()
         sync()
         times.append((time.perf_counter() - start) * 1e3)
-    return float(np.median(times))
+    return times
+
+
+def median_ms(call: Callable[[], object], sync: Callable[[], object], repeat: int) -> float:
+    """Median of ``call_ms``."""
+    return float(np.median(call_ms(call, sync, repeat)))
 
 
 class BareLibrary(Library):

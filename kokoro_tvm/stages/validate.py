@@ -10,8 +10,8 @@ from kokoro_tvm.paths import PathLike
 
 
 def validate(component: str, lstm: str, bucket: int, library: PathLike, params: PathLike,
-             reference: PathLike, out: PathLike,
-             target_options: dict[str, Any] | None = None) -> dict[str, Any]:
+             reference: PathLike, out: PathLike, target_options: dict[str, Any]
+             ) -> dict[str, Any]:
     """results/validate/...: the library against the PyTorch values the export stage saved for
     its bucket (``reference``); fails if not passed.
 
@@ -21,11 +21,10 @@ def validate(component: str, lstm: str, bucket: int, library: PathLike, params: 
     from kokoro_tvm.compile.devices import cannot_run_reason, device_kind, library_precision
     from kokoro_tvm.measure.validate import ValidationFailed, load_reference, validate_component
 
-    options = target_options or {"kind": "llvm"}
-    precision = library_precision(options, component, bucket)
+    precision = library_precision(target_options, component, bucket)
     report = {"component": component, "lstm": lstm, "bucket": bucket, "library": str(library),
               "precision": precision}
-    reason = cannot_run_reason(options)
+    reason = cannot_run_reason(target_options)
     if reason is not None:
         report.update(status="skipped", reason=reason, metrics={}, passed=False)
         write_json(out, report)
@@ -33,7 +32,7 @@ def validate(component: str, lstm: str, bucket: int, library: PathLike, params: 
     import tvm
 
     report.update(validate_component(component, bucket, library, params,
-                                     load_reference(reference), device=device_kind(options),
+                                     load_reference(reference), device=device_kind(target_options),
                                      precision=precision))
     report.update(status="passed" if report["passed"] else "failed",
                   threads={"tvm": tvm.runtime.num_threads()})
