@@ -89,7 +89,6 @@ class Kokoro:
             raise RequestError(f"unknown language {', '.join(map(repr, unknown))} in languages; "
                                f"choose from {', '.join(g2p.LANGUAGES)}")
         self.folder = model if isinstance(model, ModelFolder) else ModelFolder(model)
-        self.folder.check_lstm(lstm)
         if engine is None:
             from kokoro_tvm.runtime.engine import TvmEngine
 

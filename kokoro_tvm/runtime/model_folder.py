@@ -87,11 +87,12 @@ class ModelFolder:
     def check_lstm(self, lstm: str | None) -> None:
         """Refuses an LSTM lowering that none of this folder's libraries was built with
         (None: let the runtime choose)."""
-        if lstm is not None and lstm not in self.lstm_methods:
+        built = self.lstm_methods
+        if lstm is not None and lstm not in built:
             raise ModelFolderError(
                 f"{self.path} has no libraries with LSTM lowering '{lstm}'; it has "
-                f"{', '.join(self.lstm_methods) or 'none'}: give one of those, or leave the "
-                "lowering out to use the fastest")
+                f"{', '.join(built) or 'none'}: give one of those, or leave the lowering out "
+                "to use the fastest")
 
     def file(self, relative: str) -> Path:
         """The path of one file the manifest lists, after checking its sha256 (once)."""

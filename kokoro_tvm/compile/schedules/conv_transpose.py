@@ -27,7 +27,7 @@ from kokoro_tvm.compile.schedules.conv1d import (
 )
 
 
-def output_length(length: int, kernel: int, stride: int, padding: tuple[int, int],
+def transposed_length(length: int, kernel: int, stride: int, padding: tuple[int, int],
                   output_padding: int) -> int:
     return (length - 1) * stride - padding[0] - padding[1] + kernel + output_padding
 
@@ -52,7 +52,7 @@ def conv1d_transpose_compute(x: te.Tensor, wpoly: te.Tensor, kernel: int,
     n, c_in, length = (int(d) for d in x.shape)
     stride, c_out, c_group_in, taps = (int(d) for d in wpoly.shape)
     c_group_out = c_out // groups
-    out_len = output_length(length, kernel, stride, padding, output_padding)
+    out_len = transposed_length(length, kernel, stride, padding, output_padding)
     left = padding[0]
     padded = -(-(-(-out_len // stride)) // multiple) * multiple
     max_shift = (stride - 1 + left) // stride
@@ -89,7 +89,7 @@ def conv1d_transpose_legalization(time_multiple: TimeMultiple):
         padding = (int(attrs.padding[0]), int(attrs.padding[1]))
         output_padding = int(attrs.output_padding[0])
         kernel = int(w.ty.shape[2])
-        out_len = output_length(int(x.ty.shape[2]), kernel, stride, padding, output_padding)
+        out_len = transposed_length(int(x.ty.shape[2]), kernel, stride, padding, output_padding)
         wpoly = bb.emit(bb.call_te(phase_weights, w, stride, padding[0], groups,
                                    primfunc_name_hint="phase_weights"))
         return bb.call_te(conv1d_transpose_compute, x, wpoly, kernel, padding, output_padding,
