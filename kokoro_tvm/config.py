@@ -34,12 +34,12 @@ def _key(path) -> str:
 
 
 def _type_command_line_values(value: Any, spec: dict[str, Any]) -> Any:
-    """``value`` with strings turned into the booleans and numbers ``spec`` asks for.
+    """``value`` with strings turned into the booleans, numbers and nulls ``spec`` asks for.
 
     ``snakemake --config tuning='{enabled: true, max_trials: 16}'`` hands nested values over as
-    strings ('true', '16'); YAML-parsing such a string where the schema wants a boolean or a
-    number (and no string) gives what the user wrote. Anything else is left for the schema to
-    judge."""
+    strings ('true', '16', 'null'); YAML-parsing such a string where the schema wants a boolean,
+    a number or null (and no string) gives what the user wrote. Anything else is left for the
+    schema to judge."""
     if isinstance(value, dict):
         properties = spec.get("properties", {})
         for key, item in value.items():
@@ -54,7 +54,8 @@ def _type_command_line_values(value: Any, spec: dict[str, Any]) -> Any:
         return value
     parsed = yaml.safe_load(value)
     # bool is an int in Python: 'true' must not pass for an integer.
-    kind = ("boolean" if isinstance(parsed, bool) else "integer" if isinstance(parsed, int)
+    kind = ("null" if parsed is None else "boolean" if isinstance(parsed, bool)
+            else "integer" if isinstance(parsed, int)
             else "number" if isinstance(parsed, float) else None)
     fits = kind in types or (kind == "integer" and "number" in types)
     return parsed if fits else value

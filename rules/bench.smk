@@ -38,6 +38,7 @@ rule bench_components_target:
         plot=report(paths.BENCH_COMPONENTS_PLOT, category="Benchmarks", labels={"figure": "components vs PyTorch", "target": "{target}"}),
     params:
         repeats=5,
+        lengths=bench_components_lengths(),
         versions=versions("apache-tvm", "torch", "matplotlib"),
     threads: job_threads
     log:
@@ -49,7 +50,7 @@ rule bench_components_target:
     shell:
         "TVM_NUM_THREADS={threads} python {input.script} --manifest {input.manifest}"
         " --checkpoint {input.checkpoint} --model-config {input.config} --params {input.params}"
-        " --threads {threads} --repeats {params.repeats} --out-json {output.json}"
+        " --threads {threads} --repeats {params.repeats} {params.lengths} --out-json {output.json}"
         " --out-plot {output.plot} > {log} 2>&1"
 
 

@@ -250,6 +250,15 @@ def bench_components_targets():
     return expand(paths.BENCH_COMPONENTS, target=runnable_targets())
 
 
+def bench_components_lengths():
+    """bench_components' length options, from config (none: every library)."""
+    lengths = setting("report.bench_components_lengths")
+    if lengths is None:
+        return ""
+    return (f"--token-lengths {' '.join(map(str, lengths['tokens']))}"
+            f" --frame-lengths {' '.join(map(str, lengths['frames']))}")
+
+
 def bench_e2e_targets():
     return expand(paths.BENCH_E2E, target=runnable_targets())
 

@@ -35,6 +35,8 @@ BAD_CONFIGS = {
     "int8 on a CPU without VNNI": ({"targets": ["old"], "target_options": {"old": {
         "kind": "llvm", "mcpu": "skylake-avx512", "precision": "int8"}}},
                                    "target_options.old.precision"),
+    "benchmark length of zero": ({"report": {"bench_components_lengths": {
+        "tokens": [0, 64], "frames": [240]}}}, "report.bench_components_lengths.tokens[0]"),
     "int8 on a GPU": ({"targets": ["cuda"], "target_options": {"cuda": {
         "kind": "cuda", "arch": "sm_90", "precision": "int8"}}}, "target_options.cuda.precision"),
 }
@@ -98,8 +100,10 @@ def test_command_line_values_are_typed(tmp_path):
     assert bad.returncode != 0 and "'tuning.enabled'" in bad.stdout + bad.stderr
     config = load_config(REPO / "config.yaml")
     config["tuning"].update(enabled="false", max_trials="1000")
+    config["report"].update(bench_components_lengths="null")
     validate_config(config)
     assert config["tuning"]["enabled"] is False and config["tuning"]["max_trials"] == 1000
+    assert config["report"]["bench_components_lengths"] is None
 
 
 def test_the_schemas_sources_are_the_ones_the_scripts_read():

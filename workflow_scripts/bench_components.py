@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Time every library of a target's manifest against PyTorch eager (same inputs, same thread
-count, interleaved in one process); write JSON and a PNG plot of the time ratios.
+"""Time the libraries of a target's manifest against PyTorch eager (same inputs, same thread
+count, in turns in one process); write JSON and a PNG plot of the time ratios. Every library,
+or those that serve the lengths given (the smallest bucket that holds each, or the largest).
 
     TVM_NUM_THREADS=2 python workflow_scripts/bench_components.py --threads 2 \\
         --manifest results/manifest/llvm.json --checkpoint results/assets/kokoro-82m.pth \\
         --model-config results/assets/config.json --params results/params/*.npz \\
+        --token-lengths 32 64 512 --frame-lengths 32 240 2048 \\
         --out-json results/bench/components/llvm.json --out-plot results/bench/components/llvm.png
 """
 import argparse
@@ -26,15 +28,26 @@ def main() -> None:
                         help=f"{paths.PARAMS} of every component")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per function")
+    parser.add_argument("--token-lengths", type=int, nargs="+", metavar="TOKENS",
+                        help="time the token components' buckets that serve these lengths "
+                             "(with --frame-lengths; both omitted: every library)")
+    parser.add_argument("--frame-lengths", type=int, nargs="+", metavar="FRAMES",
+                        help="the same for the frame components")
     parser.add_argument("--out-json", required=True, help=paths.BENCH_COMPONENTS)
     parser.add_argument("--out-plot", required=True, help=paths.BENCH_COMPONENTS_PLOT)
     args = parser.parse_args()
     if os.environ.get("TVM_NUM_THREADS") != str(args.threads):
         parser.error(f"set TVM_NUM_THREADS={args.threads} (TVM reads it when it starts)")
+    if (args.token_lengths is None) != (args.frame_lengths is None):
+        parser.error("give both --token-lengths and --frame-lengths, or neither (every library)")
+    if any(n < 1 for n in (args.token_lengths or []) + (args.frame_lengths or [])):
+        parser.error("lengths count tokens or frames: give whole numbers of at least 1")
+    lengths = None if args.token_lengths is None else {
+        "tokens": args.token_lengths, "frames": args.frame_lengths}
     from kokoro_tvm.measure.bench_components import run
 
     document = run(args.manifest, args.checkpoint, args.model_config, args.params, args.threads,
-                   args.out_json, args.out_plot, args.repeats)
+                   args.out_json, args.out_plot, args.repeats, lengths)
     print(json.dumps(document, indent=1))
 
 

@@ -1,15 +1,19 @@
 """Per-component latency: a target's built libraries against PyTorch eager, side by side.
 
-For every library in the target's manifest (component, LSTM method, bucket) and each of its
-functions: the component's example inputs at that bucket (real weights), the library's call and
-the PyTorch wrapper's method timed interleaved in one process (TVM, PyTorch, TVM, ...) so that
-load from other processes hits both alike, with the same thread count (TVM's pool reads
-``TVM_NUM_THREADS`` at start-up: the caller sets it). Reported per function: median
-milliseconds of each, their ratio, FLOPs (PyTorch's flop counter on the same call: matmuls and
-convolutions) and the GFLOP/s each reaches, beside two peaks at that thread count and each
-library's share of them: the best GFLOP/s PyTorch's BLAS reaches on a large square matmul
-(``practical_peak_gflops``), and the FMA units' ceiling (``fma_peak_gflops``, ``measure.peak``;
-CPU targets only).
+For each library of the target's manifest (component, LSTM method, bucket; all of them, or those
+that serve given lengths: ``selected_libraries``) and each of its functions: the component's
+example inputs at that bucket (real weights), the library's call and the PyTorch wrapper's
+method timed in turns in one process (TVM, PyTorch, TVM, ...) so that load from other processes
+hits both alike, with the same thread count (TVM's pool reads ``TVM_NUM_THREADS`` at start-up:
+the caller sets it). Each timed call follows an untimed one of the same engine: the other
+engine's threads keep spinning for a while after its call, and on few cores a short library
+timed right after PyTorch ran at less than half its speed.
+
+Reported per function: median milliseconds of each, their ratio, FLOPs (PyTorch's flop counter
+on the same call: matmuls and convolutions) and the GFLOP/s each reaches, beside two peaks at
+that thread count and each library's share of them: the best GFLOP/s PyTorch's BLAS reaches on
+a large square matmul (``practical_peak_gflops``), and the FMA units' ceiling
+(``fma_peak_gflops``, ``measure.peak``; CPU targets only).
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
@@ -33,11 +37,12 @@ PEAK_MATMUL_SIZE = 2048
 
 def _interleaved_ms(first: Callable[[], object], second: Callable[[], object],
                     repeats: int) -> tuple[float, float]:
-    """Median milliseconds of two calls timed alternately, after one warm-up call of each."""
-    first(), second()
+    """Median milliseconds of two calls timed in turns, each timed call right after an untimed
+    one of the same (module docstring)."""
     times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeats):
         for call, out in ((first, times[0]), (second, times[1])):
+            call()
             start = time.perf_counter()
             call()
             out.append(1e3 * (time.perf_counter() - start))
@@ -98,9 +103,32 @@ def bench_library(kmodel, entry: dict[str, Any], library_path: PathLike, params:
     return rows
 
 
+def serving_buckets(buckets: Iterable[int], lengths: Iterable[int]) -> set[int]:
+    """The buckets the runtime would run ``lengths`` in: for each, the smallest bucket that
+    holds it, or the largest (longer speech is split into chunks that fit it)."""
+    buckets = sorted(buckets)
+    return {next((b for b in buckets if b >= length), buckets[-1]) for length in lengths}
+
+
+def selected_libraries(libraries: list[dict[str, Any]],
+                       lengths: Mapping[str, Iterable[int]] | None) -> list[dict[str, Any]]:
+    """The manifest's libraries that serve ``lengths`` (bucket axis -> lengths: "tokens",
+    "frames"), per component and LSTM method; every library when ``lengths`` is None."""
+    if lengths is None:
+        return list(libraries)
+    buckets: dict[tuple[str, str], set[int]] = {}
+    for entry in libraries:
+        buckets.setdefault((entry["component"], entry["lstm"]), set()).add(entry["bucket"])
+    chosen = {key: serving_buckets(found, lengths[COMPONENTS[key[0]].axis])
+              for key, found in buckets.items()}
+    return [e for e in libraries if e["bucket"] in chosen[e["component"], e["lstm"]]]
+
+
 def benchmark(manifest: PathLike, checkpoint: PathLike, model_config: PathLike,
-              params: list[PathLike], threads: int, repeats: int = 5) -> dict[str, Any]:
-    """Every library of the manifest, timed against PyTorch at ``threads`` threads."""
+              params: list[PathLike], threads: int, repeats: int = 5,
+              lengths: Mapping[str, Iterable[int]] | None = None) -> dict[str, Any]:
+    """The manifest's libraries that serve ``lengths`` (``selected_libraries``; all without),
+    each timed against PyTorch at ``threads`` threads."""
     from kokoro_tvm.model.kmodel import load_kmodel
 
     torch.set_num_threads(threads)
@@ -109,7 +137,7 @@ def benchmark(manifest: PathLike, checkpoint: PathLike, model_config: PathLike,
     root = paths.work_folder(manifest)
     kmodel = load_kmodel(model_config, checkpoint, disable_complex=True)
     rows = []
-    for entry in sorted(document["libraries"],
+    for entry in sorted(selected_libraries(document["libraries"], lengths),
                         key=lambda e: (e["component"], e["lstm"], e["bucket"])):
         if entry["component"] not in params_of:
             raise ValueError(f"no params file given for {entry['component']}")
@@ -120,7 +148,9 @@ def benchmark(manifest: PathLike, checkpoint: PathLike, model_config: PathLike,
              "fma_peak_gflops": cpu_fma_peak(document["libraries"])}
     for row in rows:
         row.update(shares_of_peaks(row["tvm_gflops"], peaks))
-    return {"target": document["target"], "threads": threads, "repeats": repeats, **peaks,
+    return {"target": document["target"], "threads": threads, "repeats": repeats,
+            "lengths": None if lengths is None else {k: list(v) for k, v in lengths.items()},
+            **peaks,
             "worst_ratio": max((r["ratio"] for r in rows), default=None), "rows": rows}
 
 
@@ -175,9 +205,9 @@ def plot(document: dict[str, Any], out: PathLike) -> None:
 
 def run(manifest: PathLike, checkpoint: PathLike, model_config: PathLike,
         params: list[PathLike], threads: int, out_json: PathLike, out_plot: PathLike,
-        repeats: int = 5) -> dict[str, Any]:
+        repeats: int = 5, lengths: Mapping[str, Iterable[int]] | None = None) -> dict[str, Any]:
     """results/bench/components/{target}.json and .png."""
-    document = benchmark(manifest, checkpoint, model_config, params, threads, repeats)
+    document = benchmark(manifest, checkpoint, model_config, params, threads, repeats, lengths)
     write_json(out_json, document)
     plot(document, out_plot)
     return document
