@@ -48,3 +48,28 @@ def test_matches_float64(name, reference, largest):
     with np.errstate(over="ignore", invalid="ignore"):
         expected = reference(x.astype("float64"))
     np.testing.assert_allclose(out.numpy(), expected, rtol=0, atol=1e-6)
+
+
+def _run(fn, x: np.ndarray) -> np.ndarray:
+    target = make_target({"kind": "llvm", "mcpu": "host"})
+    lib = tvm.compile(tvm.IRModule({"main": _kernel(fn)}), target=target)
+    out = tvm.runtime.tensor(np.zeros(N, "float32"))
+    lib["main"](tvm.runtime.tensor(x.astype("float32")), out)
+    return out.numpy()
+
+
+def test_exp_is_within_two_ulp_of_libm():
+    """exp relative to float32's spacing (absolute error is meaningless over 76 decades), over
+    the range where float32 exp is normal: softmax's arguments (x - row max) lie in [-88, 0]."""
+    x = np.linspace(-87.0, 88.0, N).astype("float32")
+    got = _run(fastmath.exp, x)
+    want = np.exp(x)  # numpy's float32 exp: libm's, correctly rounded to float32 or nearly
+    assert np.all(np.abs(got - want) <= 2 * np.spacing(want))
+
+
+def test_exp_clamps_outside_the_normal_range_and_keeps_nan():
+    special = np.array([-np.inf, -1e4, -88.5, 100.0, np.inf, np.nan, 0.0], "float32")
+    got = _run(fastmath.exp, np.resize(special, N))[:len(special)]
+    assert np.all(got[:3] == 0.0)
+    np.testing.assert_allclose(got[3:5], np.exp(np.float32(fastmath.EXP_CLAMP)), rtol=2e-7)
+    assert np.isnan(got[5]) and got[6] == 1.0

@@ -6,12 +6,12 @@ eight Relax ops. Those ops became four kernels per AdaIN (mask, mean and subtrac
 variance and normalise), each a pass over the whole tensor: at 256 frames the generator's last
 stage holds 128 x 30,721 floats, and its 22 AdaINs spent 13 ms each on nine passes over memory.
 
-The function's statistics blocks are *row statistics* (``ROW_STATISTIC``, a block annotation):
-each row (batch, channel) reads only its own row of ``x``, so the schedule
-(schedules/row_statistics.py) computes them inside the output's row loop and a row is read from
-memory once, its second and third reads coming from cache. Each sum accumulates in float64
-(as schedules/reduction.py, for the same reason: up to 600 samples per frame) over ``PARTIALS``
-interleaved partial sums, which the schedule turns into vector lanes, then a scalar tail.
+The function's statistics blocks are *row statistics* (schedules/row_statistics.py): each row
+(batch, channel) reads only its own row of ``x``, so the schedule computes them inside the
+output's row loop and a row is read from memory once, its second and third reads coming from
+cache. Each sum accumulates in float64 (as schedules/reduction.py, for the same reason: up to
+600 samples per frame) over interleaved partial sums, which the schedule turns into vector
+lanes, then a scalar tail.
 """
 from __future__ import annotations
 
@@ -19,40 +19,14 @@ from typing import TYPE_CHECKING
 
 from tvm import relax, te
 
+from kokoro_tvm.compile.schedules.row_statistics import PER_ROW, row_block, row_reduction
+
 if TYPE_CHECKING:  # lowering loads this module without PyTorch (stages/common.without_torch)
     from torch import fx
 
-# Block annotation: the block computes per-row statistics; its value says which kind.
-ROW_STATISTIC = "kokoro_tvm.row_statistic"
-PARTIAL_SUMS, PER_ROW = "partial_sums", "per_row"
-_PER_ROW_BLOCK = {ROW_STATISTIC: PER_ROW}
 # PrimFunc attribute holding eps, so that a target can emit its own form
 # (compile/gpu_instance_norm.py).
 EPS_ATTR = "kokoro_tvm.instance_norm_eps"
-# Interleaved partial sums per row: a whole number of vectors of float64 for every SIMD width
-# up to 1024 bits.
-PARTIALS = 16
-
-
-def _row_sum(value, rows: tuple, length: int, name: str) -> te.Tensor:
-    """sum over l < length of ``value(b, c, l)`` (float64) per row (b, c): PARTIALS interleaved
-    partial sums, the tail that does not fill them, then their total."""
-    partials = PARTIALS if length >= PARTIALS else 1
-    steps, tail = divmod(length, partials)
-    k = te.reduce_axis((0, steps), f"{name}_k")
-    partial = te.compute((*rows, partials),
-                         lambda b, c, j: te.sum(value(b, c, k * partials + j), axis=k),
-                         name=f"{name}_partial", attrs={ROW_STATISTIC: PARTIAL_SUMS})
-    j = te.reduce_axis((0, partials), f"{name}_j")
-    total = te.compute(rows, lambda b, c: te.sum(partial[b, c, j], axis=j),
-                       name=f"{name}_total", attrs=_PER_ROW_BLOCK)
-    if not tail:
-        return total
-    t = te.reduce_axis((0, tail), f"{name}_t")
-    rest = te.compute(rows, lambda b, c: te.sum(value(b, c, steps * partials + t), axis=t),
-                      name=f"{name}_tail", attrs=_PER_ROW_BLOCK)
-    return te.compute(rows, lambda b, c: total[b, c] + rest[b, c], name=f"{name}_sum",
-                      attrs=_PER_ROW_BLOCK)
 
 
 def masked_instance_norm(x: te.Tensor, valid: te.Tensor, eps: float) -> te.Tensor:
@@ -67,17 +41,17 @@ def masked_instance_norm(x: te.Tensor, valid: te.Tensor, eps: float) -> te.Tenso
     def masked(b, c, i):
         return (x[b, c, i] * valid[b, 0, i]).astype("float64")
 
-    total = _row_sum(masked, rows, length, "mean")
+    total = row_reduction(masked, rows, length, "mean")
     mean = te.compute(rows, lambda b, c: total[b, c] / count[b], name="mean",
-                      attrs=_PER_ROW_BLOCK)
+                      attrs=row_block(PER_ROW))
 
     def squared(b, c, i):
         centred = (x[b, c, i].astype("float64") - mean[b, c]) * valid[b, 0, i].astype("float64")
         return centred * centred
 
-    squares = _row_sum(squared, rows, length, "var")
+    squares = row_reduction(squared, rows, length, "var")
     scale = te.compute(rows, lambda b, c: (1.0 / te.sqrt(squares[b, c] / count[b] + eps))
-                       .astype(x.dtype), name="inv_std", attrs=_PER_ROW_BLOCK)
+                       .astype(x.dtype), name="inv_std", attrs=row_block(PER_ROW))
     return te.compute(x.shape, lambda b, c, i: (x[b, c, i] - mean[b, c].astype(x.dtype))
                       * scale[b, c], name="normalised")
 

@@ -4,12 +4,12 @@ Two halves, both data:
 
 - ``LEGALIZATIONS``: Relax op -> a TE lowering shaped for the schedule (conv1d and matmul as
   contractions padded to whole register tiles, conv_transpose1d polyphase, tanh, sin, cos and
-  whole powers without libm calls, long float32 sums accumulated in float64). Each falls back
-  to TVM's own legalization for cases it does not cover.
+  whole powers without libm calls, long float32 sums accumulated in float64, softmax as row
+  statistics). Each falls back to TVM's own legalization for cases it does not cover.
 - ``RULES``: dlight-style ``ScheduleRule``s tried in order on every PrimFunc after FuseTIR; the
   first that applies schedules it. Contractions (found by the block annotation the
-  legalizations set) first, then row statistics (the masked InstanceNorm, in its row loop), then
-  parallel/vectorized loops for everything else.
+  legalizations set) first, then row statistics (the masked InstanceNorm and softmax, in their
+  row loop), then parallel/vectorized loops for everything else.
 
 Tiles follow from the target (``cpu.cpu_facts``: vector width and registers from the ISA), so
 every bucket gets the same rules with no tuning.
@@ -28,6 +28,7 @@ from kokoro_tvm.compile.schedules.elementwise import apply_elementwise
 from kokoro_tvm.compile.schedules.matmul import legalize_matmul
 from kokoro_tvm.compile.schedules.reduction import legalize_mean, legalize_sum
 from kokoro_tvm.compile.schedules.row_statistics import apply_row_statistics
+from kokoro_tvm.compile.schedules.softmax import legalize_softmax
 
 LEGALIZATIONS = {
     "relax.nn.conv1d": legalize_conv1d,
@@ -37,6 +38,7 @@ LEGALIZATIONS = {
     **math.CPU_ONLY,
     "relax.sum": legalize_sum,
     "relax.mean": legalize_mean,
+    "relax.nn.softmax": legalize_softmax,
 }
 
 
