@@ -23,7 +23,7 @@ from kokoro_tvm.compile.build import build_library
 from kokoro_tvm.compile.gpu_instance_norm import gpu_instance_norm
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.relax import import_program
-from kokoro_tvm.compile.schedules.row_statistics import PARTIALS
+from kokoro_tvm.compile.row_reduction import PARTIALS
 from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.model.masked_norm import masked_instance_norm
 from kokoro_tvm.runtime.library import Library, Weights

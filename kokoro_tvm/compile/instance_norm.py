@@ -6,7 +6,7 @@ eight Relax ops. Those ops became four kernels per AdaIN (mask, mean and subtrac
 variance and normalise), each a pass over the whole tensor: at 256 frames the generator's last
 stage holds 128 x 30,721 floats, and its 22 AdaINs spent 13 ms each on nine passes over memory.
 
-The function's statistics blocks are *row statistics* (schedules/row_statistics.py): each row
+The function's statistics blocks are *row statistics* (compile/row_reduction.py): each row
 (batch, channel) reads only its own row of ``x``, so the schedule computes them inside the
 output's row loop and a row is read from memory once, its second and third reads coming from
 cache. Each sum accumulates in float64 (as schedules/reduction.py, for the same reason: up to
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from tvm import relax, te
 
-from kokoro_tvm.compile.schedules.row_statistics import PER_ROW, row_block, row_reduction
+from kokoro_tvm.compile.row_reduction import PER_ROW, row_block, row_reduction
 
 if TYPE_CHECKING:  # lowering loads this module without PyTorch (stages/common.without_torch)
     from torch import fx

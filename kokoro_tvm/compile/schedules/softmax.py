@@ -14,13 +14,13 @@ import tvm
 from tvm import relax, te
 
 from kokoro_tvm.compile import fastmath
-from kokoro_tvm.compile.schedules.common import tvm_legalization
-from kokoro_tvm.compile.schedules.row_statistics import (
+from kokoro_tvm.compile.row_reduction import (
     PER_ROW,
     ROW_VALUES,
     row_block,
     row_reduction,
 )
+from kokoro_tvm.compile.schedules.common import tvm_legalization
 
 
 def softmax_rows(x: te.Tensor) -> te.Tensor:
