@@ -204,6 +204,18 @@ def test_every_rule_lists_the_code_its_script_imports(tmp_path):
         assert not missing, (job["rule"], job["wildcards"], sorted(map(str, missing)))
 
 
+def test_the_import_stage_does_not_depend_on_the_schedules(tmp_path):
+    """A schedule change re-lowers every library but must not re-import any: the relax jobs'
+    code inputs hold none of compile/schedules, the lower jobs' hold all of it."""
+    schedules = set((PACKAGE / "compile" / "schedules").glob("*.py"))
+    jobs = dry_run_jobs(tmp_path)
+    for rule, expected in (("relax", set()), ("lower", schedules)):
+        found = [job for job in jobs if job["rule"] == rule]
+        assert found, rule
+        for job in found:
+            assert {p for p in job["inputs"] if p in schedules} == expected, (rule, job)
+
+
 def test_cpu_lowering_loads_no_gpu_only_module(built):
     """What GPU_ONLY promises (CPU targets' jobs leave those modules out of their inputs):
     lowering every Relax artifact of the tiny build for a CPU target imports none of them, so
