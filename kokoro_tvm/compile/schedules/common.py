@@ -10,6 +10,14 @@ def tvm_legalization(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
 
 
+def static_shapes(*exprs: relax.Expr) -> bool:
+    """Whether every expression's tensor type has a known shape of constant dimensions (what our
+    legalizations cover)."""
+    shapes = [e.ty.shape for e in exprs]
+    return all(shape is not None and all(isinstance(d, tvm.ir.prim.expr.IntImm) for d in shape)
+               for shape in shapes)
+
+
 def root_blocks(sch: s_tir.Schedule) -> list:
     """The blocks directly under the function's root block, in order (none without a root)."""
     try:

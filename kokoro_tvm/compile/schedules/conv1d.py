@@ -14,7 +14,7 @@ from typing import Callable
 import tvm
 from tvm import relax, te, tirx
 
-from kokoro_tvm.compile.schedules.common import tvm_legalization
+from kokoro_tvm.compile.schedules.common import static_shapes, tvm_legalization
 from kokoro_tvm.compile.schedules.contraction import annotation, vec_multiple
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
 
@@ -66,7 +66,7 @@ def static_float32_ncw(call: relax.Call, kernel_layout: str) -> bool:
     return (attrs.data_layout == "NCW" and attrs.kernel_layout == kernel_layout
             and attrs.out_layout == "NCW" and x.ty.dtype == w.ty.dtype == "float32"
             and str(attrs.out_dtype) in ("", "None", "float32")
-            and all(isinstance(d, tvm.ir.prim.expr.IntImm) for d in (*x.ty.shape, *w.ty.shape)))
+            and static_shapes(x, w))
 
 
 def conv1d_legalization(time_multiple: TimeMultiple):

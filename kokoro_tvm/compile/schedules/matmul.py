@@ -13,7 +13,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax, te, tirx
 
-from kokoro_tvm.compile.schedules.common import tvm_legalization
+from kokoro_tvm.compile.schedules.common import static_shapes, tvm_legalization
 from kokoro_tvm.compile.schedules.contraction import annotation, vec_multiple
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
 
@@ -70,7 +70,7 @@ def matmul_compute(a: te.Tensor, b: te.Tensor, cols: int, tile: int, panels: boo
 def legalize_matmul(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     a, b = call.args
     a_shape, b_shape = list(a.ty.shape), list(b.ty.shape)
-    static = all(isinstance(d, tvm.ir.prim.expr.IntImm) for d in (*a_shape, *b_shape))
+    static = static_shapes(a, b)
     supported = (static and a.ty.dtype == b.ty.dtype == "float32" and len(a_shape) >= 2
                  and str(call.attrs.out_dtype) in ("", "None", "float32")
                  and (len(b_shape) == 2 or [int(d) for d in b_shape[:-2]]

@@ -15,16 +15,16 @@ import math
 import tvm
 from tvm import relax, te, topi
 
-from kokoro_tvm.compile.schedules.common import tvm_legalization
+from kokoro_tvm.compile.schedules.common import static_shapes, tvm_legalization
 
 # Reductions over at least this many elements accumulate in float64.
 LONG_REDUCTION = 1024
 
 
 def _reduced_count(call: relax.Call) -> int | None:
-    shape = call.args[0].ty.shape
-    if shape is None or not all(isinstance(d, tvm.ir.prim.expr.IntImm) for d in shape):
+    if not static_shapes(call.args[0]):
         return None
+    shape = call.args[0].ty.shape
     axes = call.attrs.axis
     dims = [int(d) for d in shape]
     picked = range(len(dims)) if axes is None else [int(a) % len(dims) for a in axes]

@@ -2,7 +2,7 @@
 
 TVM's legalization is four passes over the scores (row maximum, sum of exponentials, then the
 exponentials again, divided), its reductions serial per row and ``exp`` a libm call per element
-that LLVM cannot vectorize: at 512 tokens ALBERT's twelve softmaxes took a fifth of bert's time.
+that LLVM cannot vectorize (docs/decisions.md, "Kept: softmax as row statistics").
 Here the row's maximum and sum are ``row_reduction``s (vector lanes of partial results), the
 exponentials (compile/fastmath.py's ``exp``) are computed once into a row that is then scaled by
 the sum's reciprocal, and schedules/row_statistics.py computes all of it inside the output's row
@@ -10,7 +10,6 @@ loop, while the row is in cache.
 """
 from __future__ import annotations
 
-import tvm
 from tvm import relax, te
 
 from kokoro_tvm.compile import fastmath
@@ -20,7 +19,7 @@ from kokoro_tvm.compile.row_reduction import (
     row_block,
     row_reduction,
 )
-from kokoro_tvm.compile.schedules.common import tvm_legalization
+from kokoro_tvm.compile.schedules.common import static_shapes, tvm_legalization
 
 
 def softmax_rows(x: te.Tensor) -> te.Tensor:
@@ -38,9 +37,7 @@ def softmax_rows(x: te.Tensor) -> te.Tensor:
 
 def legalize_softmax(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     x = call.args[0]
-    shape = x.ty.shape
-    static = shape is not None and all(isinstance(d, tvm.ir.prim.expr.IntImm) for d in shape)
-    if (not static or x.ty.dtype != "float32" or len(shape) < 2
-            or int(call.attrs.axis) % len(shape) != len(shape) - 1):
+    if (not static_shapes(x) or x.ty.dtype != "float32" or len(x.ty.shape) < 2
+            or int(call.attrs.axis) % len(x.ty.shape) != len(x.ty.shape) - 1):
         return tvm_legalization(bb, call)
     return bb.call_te(softmax_rows, x, primfunc_name_hint="softmax")
