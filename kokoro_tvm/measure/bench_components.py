@@ -39,13 +39,12 @@ def _interleaved_ms(first: Callable[[], object], second: Callable[[], object],
                     repeats: int) -> tuple[float, float]:
     """Median milliseconds of two calls timed in turns, each timed call right after an untimed
     one of the same (module docstring)."""
+    from kokoro_tvm.runtime.bare import call_ms
+
     times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeats):
         for call, out in ((first, times[0]), (second, times[1])):
-            call()
-            start = time.perf_counter()
-            call()
-            out.append(1e3 * (time.perf_counter() - start))
+            out += call_ms(call, lambda: None, 1)  # one untimed call, then one timed
     return statistics.median(times[0]), statistics.median(times[1])
 
 
