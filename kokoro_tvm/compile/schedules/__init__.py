@@ -3,9 +3,10 @@
 Two halves, both data:
 
 - ``LEGALIZATIONS``: Relax op -> a TE lowering shaped for the schedule (conv1d and matmul as
-  contractions padded to whole register tiles, conv_transpose1d polyphase, tanh, sin, cos and
-  whole powers without libm calls, long float32 sums accumulated in float64, softmax as row
-  statistics). Each falls back to TVM's own legalization for cases it does not cover.
+  contractions padded to whole register tiles, long convolutions by Winograd, conv_transpose1d
+  polyphase, tanh, sin, cos and whole powers without libm calls, long float32 sums accumulated
+  in float64, softmax as row statistics). Each falls back to TVM's own legalization for cases
+  it does not cover.
 - ``RULES``: dlight-style ``ScheduleRule``s tried in order on every PrimFunc after FuseTIR; the
   first that applies schedules it. Contractions (found by the block annotation the
   legalizations set) first, then row statistics (the masked InstanceNorm and softmax, in their
@@ -22,16 +23,16 @@ from tvm.s_tir.dlight.base import ScheduleRule
 
 from kokoro_tvm.compile.schedules import math
 from kokoro_tvm.compile.schedules.contraction import apply_contraction
-from kokoro_tvm.compile.schedules.conv1d import legalize_conv1d
 from kokoro_tvm.compile.schedules.conv_transpose import legalize_conv1d_transpose
 from kokoro_tvm.compile.schedules.elementwise import apply_elementwise
 from kokoro_tvm.compile.schedules.matmul import legalize_matmul
 from kokoro_tvm.compile.schedules.reduction import legalize_mean, legalize_sum
 from kokoro_tvm.compile.schedules.row_statistics import apply_row_statistics
 from kokoro_tvm.compile.schedules.softmax import legalize_softmax
+from kokoro_tvm.compile.schedules.winograd import legalize_conv1d_winograd
 
 LEGALIZATIONS = {
-    "relax.nn.conv1d": legalize_conv1d,
+    "relax.nn.conv1d": legalize_conv1d_winograd,
     "relax.nn.conv1d_transpose": legalize_conv1d_transpose,
     "relax.matmul": legalize_matmul,
     **math.EVERY_TARGET,

@@ -24,7 +24,11 @@ from tvm.target import Target
 
 from kokoro_tvm.compile.schedules.common import loop_extent, root_blocks
 from kokoro_tvm.compile.schedules.cpu import CpuFacts, cpu_facts
-from kokoro_tvm.compile.schedules.elementwise import PARALLEL_CHUNKS, schedule_root_blocks
+from kokoro_tvm.compile.schedules.elementwise import (
+    PARALLEL_CHUNKS,
+    inline_spatial,
+    schedule_root_blocks,
+)
 
 ANNOTATION = "kokoro_tvm.contraction"
 MAX_VECTORS = 4  # vectors per accumulator row: more buys little and costs a longer tail
@@ -54,17 +58,21 @@ def vec_multiple(facts: CpuFacts, rows: int, vec_extent: int) -> int:
 
 
 def annotation(row_axis: int, vec_axis: int, tile_input: str | None = None,
-               dot: str | None = None) -> dict[str, str]:
+               dot: str | None = None, points_axis: int | None = None,
+               tile_output: str | None = None) -> dict[str, str]:
     """The block annotation a legalization puts on its contraction (TE ``attrs``).
     ``tile_input`` names a producer (the zero-padded input) that the schedule may compute per
     vec tile, for the tile's window only (``schedule_contraction``). ``dot`` names a tensor
     intrinsic that computes the vector lanes times the last reduction axis in one instruction
-    (int8 dot products, compile/quantize.py) where float32 has one FMA per reduction step."""
+    (int8 dot products, compile/quantize.py) where float32 has one FMA per reduction step.
+    ``points_axis`` (a spatial axis run inside each register tile) and ``tile_output`` (a
+    consumer reducing over it, computed per tile from the accumulators) are Winograd's
+    transform points and output transform (schedules/winograd.py)."""
     axes = {"row": row_axis, "vec": vec_axis}
-    if tile_input is not None:
-        axes["tile_input"] = tile_input
-    if dot is not None:
-        axes["dot"] = dot
+    for key, value in (("tile_input", tile_input), ("dot", dot), ("points", points_axis),
+                       ("tile_output", tile_output)):
+        if value is not None:
+            axes[key] = value
     return {ANNOTATION: json.dumps(axes)}
 
 
@@ -107,7 +115,9 @@ def schedule_contraction(sch: s_tir.Schedule, block, axes: dict, facts: CpuFacts
     spatial = [loop for loop, k in zip(loops, kinds) if k == tirx.IterVar.DataPar]
     reduce = [loop for loop, k in zip(loops, kinds) if k != tirx.IterVar.DataPar]
     row, vec = spatial[axes["row"]], spatial[axes["vec"]]
-    others = [loop for i, loop in enumerate(spatial) if i not in (axes["row"], axes["vec"])]
+    points = [spatial[axes["points"]]] if "points" in axes else []
+    placed = (axes["row"], axes["vec"], axes.get("points"))
+    others = [loop for i, loop in enumerate(spatial) if i not in placed]
     rows, vecs = loop_extent(sch, row), loop_extent(sch, vec)
     r, m = register_tile(facts, rows, vecs)
     if vecs % lanes:
@@ -118,16 +128,27 @@ def schedule_contraction(sch: s_tir.Schedule, block, axes: dict, facts: CpuFacts
     ro, ri = sch.split(row, [None, r])
     vo, vm, vi = sch.split(vec, [None, m, lanes])
     dot = [reduce.pop()] if "dot" in axes else []  # the intrinsic's own reduction, inside vi
-    sch.reorder(*others, vo, ro, *reduce, ri, vm, vi, *dot)
+    sch.reorder(*others, vo, ro, *points, *reduce, ri, vm, vi, *dot)
 
     # Accumulate in a local tile, write it back (and run the epilogue) once per tile.
     writeback = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(writeback, ro, preserve_unit_loops=True)
-    for consumer in _epilogue(sch, writeback):
-        if not _try(sch.reverse_compute_inline, consumer):
-            sch.reverse_compute_at(consumer, ro, preserve_unit_loops=True)
+    tile_output = _named(sch, sch.get_consumers(writeback), axes.get("tile_output"))
+    if tile_output is not None:
+        # The transform reads every point's accumulators of the tile while they are in L1;
+        # what follows it stays a pass of its own (an interleave: not a per-tile region).
+        sch.reverse_compute_at(tile_output, ro, preserve_unit_loops=True)
+        sch.compute_inline(writeback)
+        _vectorize_over_reduction(sch, tile_output, facts.lanes())
+        for after in _epilogue(sch, tile_output)[:-1]:  # the interleave into the epilogue
+            inline_spatial(sch, after)
+    else:
+        for consumer in _epilogue(sch, writeback):
+            if not _try(sch.reverse_compute_inline, consumer):
+                sch.reverse_compute_at(consumer, ro, preserve_unit_loops=True)
+    scheduled = [sch.get(b) for b in (block, tile_output) if b is not None]
     for b in _blocks_under(sch, ro):
-        if not sch.get(b).same_as(sch.get(block)):
+        if not any(sch.get(b).same_as(s) for s in scheduled):
             vectorize_inner(sch, b, facts.lanes())
     tile_input = _tile_input(sch, block, axes)
     if tile_input is not None and vecs // (m * lanes) >= PARALLEL_CHUNKS:
@@ -149,12 +170,30 @@ def schedule_contraction(sch: s_tir.Schedule, block, axes: dict, facts: CpuFacts
             sch.vectorize(sch.get_loops(init)[-1])
     if dot:
         sch.tensorize(vi, axes["dot"])
+    if tile_output is not None:
+        sch.decompose_reduction(tile_output, sch.get_loops(tile_output)[-2])
+
+
+def _named(sch: s_tir.Schedule, blocks, name: str | None):
+    """The block of ``blocks`` called ``name``, if any."""
+    return next((b for b in blocks if sch.get(b).name_hint == name), None)
 
 
 def _tile_input(sch: s_tir.Schedule, block, axes: dict):
     """The producer of ``block`` that its annotation names as ``tile_input``, if any."""
-    name = axes.get("tile_input")
-    return next((b for b in sch.get_producers(block) if sch.get(b).name_hint == name), None)
+    return _named(sch, sch.get_producers(block), axes.get("tile_input"))
+
+
+def _vectorize_over_reduction(sch: s_tir.Schedule, block, lanes: int) -> None:
+    """A per-tile reduction (Winograd's output transform): its reduction moved inside the
+    spatial loops but the last, which is vectorized, so each vector accumulates in a register;
+    the short reduction is unrolled."""
+    *_, last, reduction = sch.get_loops(block)
+    sch.reorder(reduction, last)
+    outer, inner = sch.split(last, [None, lanes])
+    sch.reorder(outer, reduction, inner)
+    sch.unroll(reduction)
+    sch.vectorize(inner)
 
 
 def _epilogue(sch: s_tir.Schedule, block) -> list:
