@@ -1,0 +1,115 @@
+"""Winograd conv1d (compile/schedules/winograd.py): its transform matrices, which convolutions
+take it, and whole convolutions against TVM's unscheduled lowering (same tolerance as
+test_schedules: 1e-5 of the output's scale; Winograd's own error is about 3e-6)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_schedules import TARGETS, _check, _function, _scheduled
+from tvm import relax, s_tir
+
+from kokoro_tvm.compile.build import build_library
+from kokoro_tvm.compile.lower import lower
+from kokoro_tvm.compile.schedules import winograd
+from kokoro_tvm.compile.schedules.common import root_blocks
+from kokoro_tvm.compile.targets import make_target
+from kokoro_tvm.runtime.library import Library, Weights
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+def test_transforms_compute_the_correlation_exactly():
+    """y[j] = sum_k x[j + k] g[k] for every window, in float64, through AT, G and BT."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((100, winograd.ALPHA))
+    g = rng.standard_normal((100, winograd.TAPS))
+    want = np.stack([(x[:, j:j + winograd.TAPS] * g).sum(-1) for j in range(winograd.OUTPUTS)],
+                    axis=-1)
+    got = ((g @ winograd.G.T) * (x @ winograd.BT.T)) @ winograd.AT.T
+    assert np.abs(got - want).max() <= 1e-12 * np.abs(want).max()
+
+
+def _conv_call(c_in, c_out, kernel, stride=1, dilation=1, groups=1) -> relax.Call:
+    x = relax.Var("x", relax.TensorType((1, c_in, 500), "float32"))
+    w = relax.Var("w", relax.TensorType((c_out, c_in // groups, kernel), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w]):
+        call = bb.normalize(relax.op.nn.conv1d(x, w, strides=stride, dilation=dilation,
+                                               groups=groups))
+        bb.emit_func_output(bb.emit(call))
+    return call
+
+
+@pytest.mark.parametrize(("args", "taken"), [
+    ((128, 128, 11), True),  # a generator resblock
+    ((256, 256, 7, 1, 3), True),  # dilated
+    ((128, 128, 3), False),  # too few taps to gain
+    ((512, 512, 5), False),  # the text encoder's CNN: 5 taps
+    ((64, 22, 7), False),  # conv_post: few output channels
+    ((22, 128, 12, 6), False),  # noise_convs: strided
+    ((128, 128, 7, 1, 1, 2), False),  # grouped
+])
+def test_which_convolutions_take_winograd(args, taken):
+    assert winograd.covers(_conv_call(*args)) is taken
+
+
+# (in channels, out channels, length, kernel, padding, dilation)
+WINOGRAD = [
+    (64, 64, 300, 7, (3, 3), 1),
+    (72, 64, 257, 11, (15, 15), 3),  # dilated, channels not a tile multiple
+    (64, 80, 100, 9, (1, 6), 2),  # taps not a whole chunk, asymmetric padding
+    (64, 64, 9001, 11, (25, 25), 5),  # enough tiles for the input transform per tile
+]
+
+
+@pytest.mark.parametrize("case", WINOGRAD, ids=str)
+@pytest.mark.parametrize("target_name", sorted(TARGETS))
+def test_winograd_conv1d_with_bias_and_activation(case, target_name, tmp_path):
+    c_in, c_out, length, kernel, padding, dilation = case
+    shapes = {"x": (1, c_in, length), "w": (c_out, c_in, kernel), "b": (c_out,)}
+
+    def body(x, w, b):
+        y = relax.op.nn.conv1d(x, w, padding=padding, dilation=dilation)
+        return relax.op.nn.leakyrelu(relax.op.add(y, relax.op.reshape(b, (1, c_out, 1))), 0.1)
+
+    lowered = _check(_function(shapes, body), shapes, tmp_path, target_name)
+    assert any("conv1d_winograd" in n for n in _scheduled(lowered))
+    (conv,) = [f for gv, f in lowered.functions_items() if "conv1d_winograd" in gv.name_hint]
+    sch = s_tir.Schedule(conv)
+    # The output transform runs inside the contraction's register tile, and the interleave,
+    # bias and activation are one pass after it.
+    update, transform = (sch.get_sblock(n) for n in ("winograd_update",
+                                                        "output_transform_update"))
+    tile = [sch.get(loop) for loop in sch.get_loops(update)]
+    points = next(i for i, loop in enumerate(tile) if int(loop.extent) == winograd.ALPHA)
+    inner = [sch.get(loop) for loop in sch.get_loops(transform)]
+    assert all(any(loop.same_as(other) for other in inner) for loop in tile[:points])
+    names = [sch.get(b).name_hint for b in root_blocks(sch)]
+    assert "interleave" not in names and not any(n.startswith("T_add") for n in names)
+
+
+def test_winograd_weights_are_lifted(tmp_path):
+    """The points' weights (G @ each chunk of taps) are computed once per library, from the
+    weight by name; the call computes only the input and output transforms."""
+    c, length, kernel = 64, 200, 7
+    x_var = relax.Var("x", relax.TensorType((1, c, length), "float32"))
+    w_var = relax.Var("conv.weight", relax.TensorType((c, c, kernel), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x_var, w_var], attrs={"num_input": 1}):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.nn.conv1d(x_var, w_var, padding=3)))
+        bb.emit_func_output(out)
+    target = make_target(TARGETS["host"])
+    lowered = lower(bb.get(), target)
+    assert "winograd_weights" in lowered["main_transform_params"].script(show_meta=False)
+    assert "winograd_weights" not in lowered["main"].script(show_meta=False)
+    so = tmp_path / "lifted.so"
+    build_library(lowered, target, so)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, c, length)).astype("float32")
+    w = (rng.standard_normal((c, c, kernel)) / np.sqrt(c * kernel)).astype("float32")
+    (got,) = Library(so, Weights({"conv.weight": w}))("main", {"x": x})
+    xpad = np.pad(x[0], ((0, 0), (3, 3)))
+    want = np.einsum("ock,ckt->ot", w,
+                     np.stack([xpad[:, k:k + length] for k in range(kernel)], axis=1))
+    assert np.abs(got[0] - want).max() <= 1e-5 * np.abs(want).max()
