@@ -18,14 +18,14 @@ from kokoro_tvm.runtime.library import Library, Weights
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 
-def test_transforms_compute_the_correlation_exactly():
-    """y[j] = sum_k x[j + k] g[k] for every window, in float64, through AT, G and BT."""
+@pytest.mark.parametrize("form", sorted(set(winograd.FORMS.values()), key=str), ids=str)
+def test_transforms_compute_the_correlation_exactly(form):
+    """y[j] = sum_k x[j + k] g[k] for every window, in float64, through at, g and bt."""
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((100, winograd.ALPHA))
-    g = rng.standard_normal((100, winograd.TAPS))
-    want = np.stack([(x[:, j:j + winograd.TAPS] * g).sum(-1) for j in range(winograd.OUTPUTS)],
-                    axis=-1)
-    got = ((g @ winograd.G.T) * (x @ winograd.BT.T)) @ winograd.AT.T
+    x = rng.standard_normal((100, form.alpha))
+    g = rng.standard_normal((100, form.taps))
+    want = np.stack([(x[:, j:j + form.taps] * g).sum(-1) for j in range(form.outputs)], axis=-1)
+    got = ((g @ form.g.T) * (x @ form.bt.T)) @ form.at.T
     assert np.abs(got - want).max() <= 1e-12 * np.abs(want).max()
 
 
@@ -43,8 +43,9 @@ def _conv_call(c_in, c_out, kernel, stride=1, dilation=1, groups=1) -> relax.Cal
 @pytest.mark.parametrize(("args", "taken"), [
     ((128, 128, 11), True),  # a generator resblock
     ((256, 256, 7, 1, 3), True),  # dilated
-    ((128, 128, 3), False),  # too few taps to gain
-    ((512, 512, 5), False),  # the text encoder's CNN: 5 taps
+    ((128, 128, 3), True),  # a resblock's short kernel, as F(6, 3)
+    ((1024, 1024, 3), True),  # a decode block
+    ((512, 512, 5), False),  # the text encoder's CNN: 5 taps gain too little
     ((64, 22, 7), False),  # conv_post: few output channels
     ((22, 128, 12, 6), False),  # noise_convs: strided
     ((128, 128, 7, 1, 1, 2), False),  # grouped
@@ -59,6 +60,8 @@ WINOGRAD = [
     (72, 64, 257, 11, (15, 15), 3),  # dilated, channels not a tile multiple
     (64, 80, 100, 9, (1, 6), 2),  # taps not a whole chunk, asymmetric padding
     (64, 64, 9001, 11, (25, 25), 5),  # enough tiles for the input transform per tile
+    (64, 64, 301, 3, (1, 1), 1),  # F(6, 3)
+    (80, 64, 9001, 3, (5, 5), 5),  # F(6, 3), dilated, many tiles
 ]
 
 
@@ -81,7 +84,8 @@ def test_winograd_conv1d_with_bias_and_activation(case, target_name, tmp_path):
     update, transform = (sch.get_sblock(n) for n in ("winograd_update",
                                                         "output_transform_update"))
     tile = [sch.get(loop) for loop in sch.get_loops(update)]
-    points = next(i for i, loop in enumerate(tile) if int(loop.extent) == winograd.ALPHA)
+    alpha = winograd.FORMS[kernel].alpha
+    points = next(i for i, loop in enumerate(tile) if int(loop.extent) == alpha)
     inner = [sch.get(loop) for loop in sch.get_loops(transform)]
     assert all(any(loop.same_as(other) for other in inner) for loop in tile[:points])
     names = [sch.get(b).name_hint for b in root_blocks(sch)]

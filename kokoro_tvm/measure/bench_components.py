@@ -13,7 +13,9 @@ Reported per function: median milliseconds of each, their ratio, FLOPs (PyTorch'
 on the same call: matmuls and convolutions) and the GFLOP/s each reaches, beside two peaks at
 that thread count and each library's share of them: the best GFLOP/s PyTorch's BLAS reaches on
 a large square matmul (``practical_peak_gflops``), and the FMA units' ceiling
-(``fma_peak_gflops``, ``measure.peak``; CPU targets only).
+(``fma_peak_gflops``, ``measure.peak``; CPU targets only). The FLOPs are the direct algorithm's
+for both engines, so a library that needs fewer (the decoder's Winograd convolutions) shows
+its speed as an equivalent rate, which may exceed the FMA ceiling.
 """
 from __future__ import annotations
 
