@@ -189,7 +189,6 @@ def _vectorize_over_reduction(sch: s_tir.Schedule, block, lanes: int) -> None:
     spatial loops but the last, which is vectorized, so each vector accumulates in a register;
     the short reduction is unrolled."""
     *_, last, reduction = sch.get_loops(block)
-    sch.reorder(reduction, last)
     outer, inner = sch.split(last, [None, lanes])
     sch.reorder(outer, reduction, inner)
     sch.unroll(reduction)
