@@ -44,7 +44,9 @@ def _conv_call(c_in, c_out, kernel, stride=1, dilation=1, groups=1) -> relax.Cal
     ((128, 128, 11), True),  # a generator resblock
     ((256, 256, 7, 1, 3), True),  # dilated
     ((128, 128, 3), True),  # a resblock's short kernel, as F(6, 3)
-    ((1024, 1024, 3), True),  # a decode block
+    ((256, 256, 3), True),
+    ((1024, 1024, 3), False),  # a decode block: its weights would grow 2.7x
+    ((512, 512, 3), False),  # f0n's
     ((512, 512, 5), False),  # the text encoder's CNN: 5 taps gain too little
     ((64, 22, 7), False),  # conv_post: few output channels
     ((22, 128, 12, 6), False),  # noise_convs: strided

@@ -1,5 +1,5 @@
-"""conv1d by Winograd's minimal filtering: the decoder's and f0n's convolutions in about half
-the multiplications.
+"""conv1d by Winograd's minimal filtering: the generator's convolutions in about half the
+multiplications.
 
 F(m, r) computes m outputs of an r-tap correlation from ``alpha = m + r - 1`` products, by
 Toom-Cook over ``POINTS`` (and infinity): ``y = at @ ((g @ taps) * (bt @ window))`` for an input
@@ -22,9 +22,10 @@ PrimFunc:
 - ``output_transform[f, j, T] = sum_xi at[j, xi] * winograd[xi, f, T]``, per register tile;
 - ``interleave`` back to time, with FuseOps' epilogue (bias, activation) in the same pass.
 
-Where it is used (``covers``): stride 1, no groups, a kernel size in ``FORMS`` and at least
-``MIN_CHANNELS`` output channels; the rest keeps the direct contraction (conv1d.py). Results are
-within a few 1e-6 of the direct sum relative to the output's scale.
+Where it is used (``covers``): stride 1, no groups, a kernel size in ``FORMS``, at least
+``MIN_CHANNELS`` output channels and at most ``MAX_CHANNELS`` input channels; the rest keeps
+the direct contraction (conv1d.py). Results are within a few 1e-6 of the direct sum relative to
+the output's scale.
 """
 from __future__ import annotations
 
@@ -42,9 +43,13 @@ from kokoro_tvm.compile.schedules.cpu import cpu_facts
 # Toom-Cook points, the first ``alpha - 1`` of them (and infinity) for F(m, r): small
 # magnitudes keep the transforms well conditioned in float32.
 POINTS = (0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5)
-# Below this many output channels the transforms cost more than the products they save
-# (docs/decisions.md).
+# Below this many output channels the transforms cost more than the products they save. Above
+# this many input channels the transformed weights (alpha / taps times the kernel: 2.7x for
+# F(6, 3)) cost more memory than the time they save is worth: the decode blocks' 1,024-channel
+# and f0n's 512-channel convolutions would add about 200 MB to a speaking process for 10% of
+# the decoder's time (docs/decisions.md).
 MIN_CHANNELS = 64
+MAX_CHANNELS = 256
 
 
 @dataclass(frozen=True)
@@ -167,7 +172,7 @@ def covers(call: relax.Call) -> bool:
     attrs, w = call.attrs, call.args[1]
     return (static_float32_ncw(call, kernel_layout="OIW") and int(attrs.strides[0]) == 1
             and int(attrs.groups) == 1 and int(w.ty.shape[2]) in FORMS
-            and int(w.ty.shape[0]) >= MIN_CHANNELS)
+            and int(w.ty.shape[0]) >= MIN_CHANNELS and int(w.ty.shape[1]) <= MAX_CHANNELS)
 
 
 def legalize_conv1d_winograd(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
