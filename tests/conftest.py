@@ -201,6 +201,7 @@ def aarch64_env(tmp_path_factory) -> Path:
     def make(_) -> str:
         with apt_lock(tmp_path_factory):
             done = subprocess.run([str(REPO / "tools/cross/aarch64_env.sh")],
+                                  env={**os.environ, "PYTHON": sys.executable},
                                   capture_output=True, text=True, check=True)
         return done.stdout.strip().splitlines()[-1]
 

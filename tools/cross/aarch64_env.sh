@@ -4,13 +4,11 @@
 # runtime-only TVM + numpy from the aarch64 manylinux wheels on PyPI (libtvm_compiler dropped).
 # Also installs the cross linker used by the aarch64 target's builds. Idempotent; needs root
 # for apt. Usage: tools/cross/aarch64_env.sh [DEST]   (default $KOKORO_TVM_AARCH64_ENV or
-# ~/.cache/kokoro-tvm/aarch64). Prints DEST. Run: DEST/python -c 'import tvm'.
+# ~/.cache/kokoro-tvm/aarch64). Prints DEST. Run: DEST/python -c 'import tvm'. The wheels'
+# versions are those of the Python in $PYTHON (default: python3 on the PATH, the active venv's).
 set -euo pipefail
-here="$(cd "$(dirname "$0")" && pwd)"
-repo="$(cd "$here/../.." && pwd)"
 dest="${1:-${KOKORO_TVM_AARCH64_ENV:-$HOME/.cache/kokoro-tvm/aarch64}}"
-pip="${PIP:-$repo/.venv/bin/pip}"
-python_host="${PYTHON:-$repo/.venv/bin/python}"
+python_host="${PYTHON:-python3}"
 
 # libc6-dev-arm64-cross: the C runtime objects (crti.o) the linker needs for shared libraries;
 # only a recommendation of gcc-aarch64-linux-gnu, so --no-install-recommends leaves it out.
@@ -38,7 +36,7 @@ for deb in "$dest"/debs/*.deb; do dpkg-deb -x "$deb" "$dest/sysroot"; done
 # The wheels of the versions this venv has (TVM's runtime must match the library's builder).
 versions=$("$python_host" -c 'from importlib.metadata import version
 print(" ".join(d + "==" + version(d) for d in ("apache-tvm", "apache-tvm-ffi", "numpy", "typing_extensions")))')
-"$pip" download -q --no-deps --only-binary=:all: --implementation cp --python-version 3.11 \
+"$python_host" -m pip download -q --no-deps --only-binary=:all: --implementation cp --python-version 3.11 \
     --platform manylinux_2_28_aarch64 --platform manylinux_2_17_aarch64 \
     --platform manylinux2014_aarch64 --platform any -d "$dest/wheels" $versions
 "$python_host" - "$dest" <<'PY'
