@@ -16,9 +16,12 @@ PrimFunc:
 - ``planes[c, i, T] = xpad[c, (T // d) * m * d + T % d + d * i]`` (i < m), zero-padded: a
   gather pass, after which every window read is contiguous in T;
 - ``input_transform[xi, c, T] = sum_i bt[xi, i] * window_i`` (the contraction's tile input);
-- the contraction ``winograd[xi, f, T] = sum_{c, q} u[xi, f, c, q] * input_transform[xi, c,
-  T + q * d]``, with ``u = g @ chunk`` per point from the weight alone (lifted into the
-  library's weight transform), the points inside each register tile;
+- ``winograd_weights``: ``u = g @ chunk`` per point, from the weight alone, computed in each
+  call rather than lifted into the library's weight transform: kept, u would hold 1.9-2.7
+  times the kernel's memory for the life of the process (docs/decisions.md, Winograd
+  convolutions);
+- the contraction ``winograd[xi, f, T] = sum_{c, q} u[xi, f, q, c] * input_transform[xi, c,
+  T + q * d]``, the points inside each register tile;
 - ``output_transform[f, j, T] = sum_xi at[j, xi] * winograd[xi, f, T]``, per register tile;
 - ``interleave`` back to time, with FuseOps' epilogue (bias, activation) in the same pass.
 
@@ -44,10 +47,9 @@ from kokoro_tvm.compile.schedules.cpu import cpu_facts
 # magnitudes keep the transforms well conditioned in float32.
 POINTS = (0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5)
 # Below this many output channels the transforms cost more than the products they save. Above
-# this many input channels the transformed weights (alpha / taps times the kernel: 2.7x for
-# F(6, 3)) cost more memory than the time they save is worth: the decode blocks' 1,024-channel
-# and f0n's 512-channel convolutions would add about 200 MB to a speaking process for 10% of
-# the decoder's time (docs/decisions.md).
+# this many input channels (the decode blocks' 1,024, f0n's 512) the weight transform that
+# each call runs, and its workspace, grow with channels squared over convolutions as short as
+# 64 steps (docs/decisions.md, Winograd convolutions).
 MIN_CHANNELS = 64
 MAX_CHANNELS = 256
 
@@ -111,7 +113,7 @@ def _entry(matrix: np.ndarray, row: tirx.PrimExpr, col: tirx.PrimExpr) -> tirx.P
 
 
 def winograd_weights(w: te.Tensor) -> te.Tensor:
-    """``u[xi, f, c, q] = sum_k g[xi, k] * w[f, c, q * taps + k]``, taps past the kernel zero."""
+    """``u[xi, f, q, c] = sum_k g[xi, k] * w[f, c, q * taps + k]``, taps past the kernel zero."""
     _, _, kernel = (int(d) for d in w.shape)
     form = FORMS[kernel]
 
@@ -120,17 +122,19 @@ def winograd_weights(w: te.Tensor) -> te.Tensor:
                                  tirx.const(0, w.dtype))
 
     return te.compute(
-        (form.alpha, int(w.shape[0]), int(w.shape[1]), form.chunks(kernel)),
-        lambda xi, f, c, q: sum(_entry(form.g, xi, k) * tap(f, c, q * form.taps + k)
+        (form.alpha, int(w.shape[0]), form.chunks(kernel), int(w.shape[1])),
+        lambda xi, f, q, c: sum(_entry(form.g, xi, k) * tap(f, c, q * form.taps + k)
                                 for k in range(form.taps)),
         name="winograd_weights")
 
 
-def winograd_compute(x: te.Tensor, u: te.Tensor, kernel: int, left: int, out_len: int,
-                     dilation: int, multiple: int) -> te.Tensor:
-    form = FORMS[kernel]
+def winograd_compute(x: te.Tensor, w: te.Tensor, left: int, out_len: int, dilation: int,
+                     multiple: int) -> te.Tensor:
     n, c_in, length = (int(d) for d in x.shape)
-    _, c_out, _, chunks = (int(d) for d in u.shape)
+    c_out, _, kernel = (int(d) for d in w.shape)
+    form = FORMS[kernel]
+    u = winograd_weights(w)
+    chunks = form.chunks(kernel)
     m, alpha = form.outputs, form.alpha
     d, span = dilation, m * dilation
     tiles = -(-(-(-out_len // span) * d) // multiple) * multiple
@@ -154,7 +158,7 @@ def winograd_compute(x: te.Tensor, u: te.Tensor, kernel: int, left: int, out_len
     rq = te.reduce_axis((0, chunks), "rq")
     products = te.compute(
         (n, alpha, c_out, tiles),
-        lambda b, xi, f, t: te.sum(u[xi, f, rc, rq] * v[b, xi, rc, t + rq * d], axis=[rc, rq]),
+        lambda b, xi, f, t: te.sum(u[xi, f, rq, rc] * v[b, xi, rc, t + rq * d], axis=[rc, rq]),
         name="winograd", attrs=annotation(row_axis=2, vec_axis=3, points_axis=1,
                                           tile_input="input_transform",
                                           tile_output="output_transform"))
@@ -188,6 +192,5 @@ def legalize_conv1d_winograd(bb: relax.BlockBuilder, call: relax.Call) -> relax.
     out_len = output_length(int(x.ty.shape[2]), kernel, 1, padding, dilation)
     facts = cpu_facts(tvm.target.Target.current(allow_none=False))
     vectors = register_tile(facts, int(w.ty.shape[0]), -(-out_len // form.outputs))[1]
-    u = bb.emit(bb.call_te(winograd_weights, w, primfunc_name_hint="winograd_weights"))
-    return bb.call_te(winograd_compute, x, u, kernel, padding[0], out_len, dilation,
+    return bb.call_te(winograd_compute, x, w, padding[0], out_len, dilation,
                       vectors * facts.lanes(), primfunc_name_hint="conv1d_winograd")
