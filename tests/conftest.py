@@ -118,6 +118,21 @@ def snakemake_once(tmp_path_factory, name: str, *args: str, workflow: Path | Non
     return Path(once(tmp_path_factory, name, make))
 
 
+@pytest.fixture(scope="module")
+def tiny_kmodel():
+    """KModel with tests/data/tiny.yaml's random weights (seed 0), in eval mode, in Python: for
+    tests of the PyTorch side and of single components that need no build."""
+    import torch
+    import yaml
+
+    from kokoro_tvm.assets.model_config import kokoro_config
+    from kokoro_tvm.model.kmodel import build_kmodel
+
+    config = kokoro_config(yaml.safe_load(TINY.read_text())["weights"]["random_model"])
+    torch.manual_seed(0)
+    return build_kmodel(config, disable_complex=True).eval()
+
+
 @pytest.fixture(scope="session")
 def tiny_assets(tmp_path_factory) -> Path:
     """A scratch folder with the tiny random-weight assets built by the workflow."""

@@ -7,7 +7,6 @@ registry, and the patches reproduce Kokoro where they claim to.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,9 +14,7 @@ import pytest
 import torch
 import tvm
 import tvm_ffi
-import yaml
 
-from kokoro_tvm.assets.model_config import kokoro_config
 from kokoro_tvm.compile.build import build_library
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.relax import import_programs
@@ -29,12 +26,10 @@ from kokoro_tvm.model.components import (
     reference_values,
     run_reference,
 )
-from kokoro_tvm.model.kmodel import build_kmodel
 from kokoro_tvm.model.patches import PATCHES, patched
 from kokoro_tvm.model.wrappers import DecoderWrapper, TextEncoderWrapper
 from kokoro_tvm.stages.common import load_ir
 
-TINY = Path(__file__).resolve().parent / "data" / "tiny.yaml"
 BUCKET, OTHER_BUCKET = 16, 8
 TARGET = {"kind": "llvm", "mcpu": "host", "num-cores": 2}
 MIB = 1 << 20
@@ -47,23 +42,16 @@ def lstm_of(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def kmodel():
-    config = kokoro_config(yaml.safe_load(TINY.read_text())["weights"]["random_model"])
-    torch.manual_seed(0)
-    return build_kmodel(config, disable_complex=True)
-
-
-@pytest.fixture(scope="module")
 def target():
     return make_target(TARGET)
 
 
 @pytest.fixture(scope="module", params=sorted(COMPONENTS))
-def built(request, kmodel, target, tmp_path_factory):
+def built(request, tiny_kmodel, target, tmp_path_factory):
     """One component's artifacts at BUCKET, the build continuing from the JSON-loaded module."""
     name = request.param
     folder = tmp_path_factory.mktemp(name)
-    mod, params = import_programs(export_component(kmodel, name, BUCKET), lstm_of(name))
+    mod, params = import_programs(export_component(tiny_kmodel, name, BUCKET), lstm_of(name))
     lowered = lower(mod, target)
     (folder / "lowered.json").write_text(tvm.ir.save_json(lowered))
     loaded = load_ir(folder / "lowered.json")  # as the build stage reads it
@@ -78,11 +66,11 @@ def test_lowered_module_survives_json(built):
     assert tvm_ffi.structural_equal(built.loaded, built.lowered)
 
 
-def test_library_matches_pytorch(built, kmodel):
-    env = run_reference(kmodel, built.name,
-                        COMPONENTS[built.name].example_inputs(kmodel, BUCKET, 0))
+def test_library_matches_pytorch(built, tiny_kmodel):
+    env = run_reference(tiny_kmodel, built.name,
+                        COMPONENTS[built.name].example_inputs(tiny_kmodel, BUCKET, 0))
     result = validate_component(built.name, BUCKET, built.so_path, built.params_npz,
-                                reference_values(kmodel, built.name, env))
+                                reference_values(tiny_kmodel, built.name, env))
     assert result["passed"], json.dumps(result["metrics"], indent=1)
     json.dumps(result)  # the validate stage writes it as JSON
 
@@ -108,8 +96,8 @@ def test_signature_matches_registry(built):
     assert used == set(built.params), "every stored weight is some function's input"
 
 
-def test_params_do_not_depend_on_bucket(built, kmodel):
-    _, other = import_programs(export_component(kmodel, built.name, OTHER_BUCKET),
+def test_params_do_not_depend_on_bucket(built, tiny_kmodel):
+    _, other = import_programs(export_component(tiny_kmodel, built.name, OTHER_BUCKET),
                                lstm_of(built.name))
     assert sorted(other) == sorted(built.params)
     for key, value in other.items():
@@ -117,7 +105,7 @@ def test_params_do_not_depend_on_bucket(built, kmodel):
 
 
 @pytest.mark.parametrize("name", ["decoder", "duration"])
-def test_export_archive_keeps_the_graph_and_leaves_the_weights_out(kmodel, name, tmp_path):
+def test_export_archive_keeps_the_graph_and_leaves_the_weights_out(tiny_kmodel, name, tmp_path):
     """The export stage's archive stores placeholder parameters (the params stage carries the
     weights once per component): it imports into the same Relax module as the archive with the
     weights, and is a fraction of the weights' size. The decoder has both functions; duration
@@ -127,7 +115,7 @@ def test_export_archive_keeps_the_graph_and_leaves_the_weights_out(kmodel, name,
     from kokoro_tvm.stages.common import load_programs, save_programs
 
     with_weights, placeholders = tmp_path / "weights.pt2", tmp_path / "placeholders.pt2"
-    programs = export_component(kmodel, name, BUCKET)
+    programs = export_component(tiny_kmodel, name, BUCKET)
     package_pt2(str(with_weights), exported_programs=programs)
     weight_bytes = sum(v.numel() * v.element_size() for p in programs.values()
                        for v in p.state_dict.values())
@@ -138,7 +126,7 @@ def test_export_archive_keeps_the_graph_and_leaves_the_weights_out(kmodel, name,
     assert imported[0] == imported[1]
 
 
-def test_archive_loads_alike_with_type_hints_cached(kmodel, tmp_path):
+def test_archive_loads_alike_with_type_hints_cached(tiny_kmodel, tmp_path):
     """load_programs (typing's answers cached while torch deserializes) reads the same programs
     as torch's own loader, and leaves typing as it found it; the cache answers as typing does,
     and asks typing again for what it cannot key."""
@@ -149,7 +137,7 @@ def test_archive_loads_alike_with_type_hints_cached(kmodel, tmp_path):
     from kokoro_tvm.stages.common import load_programs, save_programs, type_hints_cached
 
     archive = tmp_path / "bert.pt2"
-    save_programs(export_component(kmodel, "bert", BUCKET), archive)
+    save_programs(export_component(tiny_kmodel, "bert", BUCKET), archive)
     original = typing.get_type_hints
     cached = load_programs(archive)
     plain = dict(load_pt2(str(archive)).exported_programs)
@@ -211,9 +199,9 @@ def test_export_process_reuses_freed_blocks_without_page_faults():
     assert faults["keep"] < pages // 100, faults
 
 
-def test_example_inputs_fit_the_bucket(kmodel):
+def test_example_inputs_fit_the_bucket(tiny_kmodel):
     for name, component in COMPONENTS.items():
-        inputs = component.example_inputs(kmodel, BUCKET, 0)
+        inputs = component.example_inputs(tiny_kmodel, BUCKET, 0)
         first = component.functions[0]
         assert set(first.inputs) <= set(inputs), name
         if "input_ids" in inputs:
@@ -248,12 +236,12 @@ def test_patched_restores_originals():
     assert SineGen.forward is before[1]
 
 
-def test_decoder_split_and_noise_inputs_reproduce_kokoro(kmodel):
+def test_decoder_split_and_noise_inputs_reproduce_kokoro(tiny_kmodel):
     """Kokoro's decoder drawing its own noise == our source+body fed the same draws."""
-    inputs = COMPONENTS["decoder"].example_inputs(kmodel, BUCKET, 3)
+    inputs = COMPONENTS["decoder"].example_inputs(tiny_kmodel, BUCKET, 3)
     with torch.no_grad():
         torch.manual_seed(7)
-        expected = kmodel.decoder(inputs["asr"], inputs["f0"], inputs["n"], inputs["s"])
+        expected = tiny_kmodel.decoder(inputs["asr"], inputs["f0"], inputs["n"], inputs["s"])
         torch.manual_seed(7)  # the draws Kokoro makes, in its order
         phase_noise = torch.rand(inputs["phase_noise"].shape)
         # Kokoro's randn_like fills a [1, samples, harmonics] view of [1, harmonics, samples]
@@ -261,20 +249,20 @@ def test_decoder_split_and_noise_inputs_reproduce_kokoro(kmodel):
         batch, samples, harmonics = inputs["sine_noise"].shape
         sine_noise = torch.empty(batch, harmonics, samples).transpose(1, 2).normal_()
         with patched(COMPONENTS["decoder"].patches):
-            got = DecoderWrapper(kmodel)(inputs["asr"], inputs["f0"], inputs["n"], inputs["s"],
+            got = DecoderWrapper(tiny_kmodel)(inputs["asr"], inputs["f0"], inputs["n"], inputs["s"],
                                          phase_noise, sine_noise)
     torch.testing.assert_close(got, expected[:, 0], rtol=0, atol=1e-5 * expected.abs().max())
 
 
-def test_packed_lstm_patch_is_kokoro_at_full_length(kmodel):
+def test_packed_lstm_patch_is_kokoro_at_full_length(tiny_kmodel):
     """With every token valid, the patched wrapper is Kokoro's own packed code (tolerance 1e-6
     abs); tests/test_lstm.py covers shorter lengths."""
-    inputs = COMPONENTS["text_encoder"].example_inputs(kmodel, BUCKET, 0)
+    inputs = COMPONENTS["text_encoder"].example_inputs(tiny_kmodel, BUCKET, 0)
     ids, mask = inputs["input_ids"], torch.zeros_like(inputs["text_mask"])
     with torch.no_grad():
-        expected = kmodel.text_encoder(ids, torch.tensor([BUCKET]), mask)
+        expected = tiny_kmodel.text_encoder(ids, torch.tensor([BUCKET]), mask)
         with patched(COMPONENTS["text_encoder"].patches):
-            got = TextEncoderWrapper(kmodel)(ids, mask)
+            got = TextEncoderWrapper(tiny_kmodel)(ids, mask)
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
 
 

@@ -18,10 +18,8 @@ import numpy as np
 import pytest
 import torch
 import tvm
-import yaml
 from torch import nn
 
-from kokoro_tvm.assets.model_config import kokoro_config
 from kokoro_tvm.compile.build import build_library
 from kokoro_tvm.compile.gpu_lstm import (
     StepKernels,
@@ -41,12 +39,10 @@ from kokoro_tvm.components import crop
 from kokoro_tvm.measure.metrics import tight_metrics
 from kokoro_tvm.measure.validate import run_library
 from kokoro_tvm.model.components import COMPONENTS, export_component, run_exact_length
-from kokoro_tvm.model.kmodel import build_kmodel
 from kokoro_tvm.model.packed_lstm import run_lstm
 from kokoro_tvm.model.patches import PATCHES, patched
 from kokoro_tvm.runtime.library import Library, Weights
 
-TINY = Path(__file__).resolve().parent / "data" / "tiny.yaml"
 TARGET = {"kind": "llvm", "mcpu": "host", "num-cores": 2}
 METHODS = sorted(LSTM_METHODS)
 LSTM_COMPONENTS = sorted(n for n, c in COMPONENTS.items() if c.has_lstm)
@@ -166,15 +162,8 @@ def test_packed_lstm_patch_restores_lstm_forward():
 # ----------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def kmodel():
-    config = kokoro_config(yaml.safe_load(TINY.read_text())["weights"]["random_model"])
-    torch.manual_seed(0)
-    return build_kmodel(config, disable_complex=True).eval()
-
-
-@pytest.fixture(scope="module")
-def programs(kmodel):
-    return {name: export_component(kmodel, name, BUCKET) for name in LSTM_COMPONENTS}
+def programs(tiny_kmodel):
+    return {name: export_component(tiny_kmodel, name, BUCKET) for name in LSTM_COMPONENTS}
 
 
 def _with_length(name: str, inputs: dict[str, torch.Tensor], length: int):
@@ -185,7 +174,7 @@ def _with_length(name: str, inputs: dict[str, torch.Tensor], length: int):
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("name", LSTM_COMPONENTS)
-def test_component_valid_outputs_equal_kokoro_at_exact_length(name, method, kmodel, programs,
+def test_component_valid_outputs_equal_kokoro_at_exact_length(name, method, tiny_kmodel, programs,
                                                              target, tmp_path):
     mod, params = import_programs(programs[name], method)
     so_path, params_npz = tmp_path / "lib.so", tmp_path / "params.npz"
@@ -193,7 +182,7 @@ def test_component_valid_outputs_equal_kokoro_at_exact_length(name, method, kmod
     np.savez(params_npz, **params)
     component = COMPONENTS[name]
     fn = component.functions[0]
-    inputs = component.example_inputs(kmodel, BUCKET, 1)
+    inputs = component.example_inputs(tiny_kmodel, BUCKET, 1)
     # Frames start at 3, the fewest an utterance has (0, a phoneme, 0; each at least a frame):
     # Kokoro's InstanceNorm refuses one frame, and over two it is so ill-conditioned that
     # rounding alone moves PyTorch by 4e-5 of the scale (masked vs Kokoro's own code).
@@ -202,7 +191,7 @@ def test_component_valid_outputs_equal_kokoro_at_exact_length(name, method, kmod
         outs = run_library(so_path, params_npz, fn.name,
                            {k: padded[k].numpy() for k in fn.inputs})
         valid = crop(name, dict(zip(fn.outputs, outs)), length)
-        for out_name, expected in run_exact_length(kmodel, name, padded).items():
+        for out_name, expected in run_exact_length(tiny_kmodel, name, padded).items():
             metrics = tight_metrics(valid[out_name], expected.numpy(), 1e-4)
             assert metrics["relative_error"]["passed"], (name, method, length, out_name, metrics)
 

@@ -8,29 +8,16 @@ below leave room for rounding only.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-import yaml
 
 from kokoro_tvm import paths
-from kokoro_tvm.assets.model_config import kokoro_config
 from kokoro_tvm.components import crop
 from kokoro_tvm.measure.metrics import snr_db
 from kokoro_tvm.model.components import COMPONENTS, run_exact_length, run_reference
-from kokoro_tvm.model.kmodel import build_kmodel, load_kmodel
-
-TINY = Path(__file__).resolve().parent / "data" / "tiny.yaml"
+from kokoro_tvm.model.kmodel import load_kmodel
 
 pytestmark = pytest.mark.filterwarnings("ignore")
-
-
-@pytest.fixture(scope="module")
-def tiny_kmodel():
-    config = kokoro_config(yaml.safe_load(TINY.read_text())["weights"]["random_model"])
-    torch.manual_seed(0)
-    return build_kmodel(config, disable_complex=True).eval()
 
 
 def with_length(inputs: dict[str, torch.Tensor], length: int) -> dict[str, torch.Tensor]:

@@ -6,15 +6,12 @@ waveform's SNR bar catches each too. TVM's source at a long bucket stays near Py
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from kokoro_tvm import paths
-from kokoro_tvm.assets.model_config import kokoro_config
 from kokoro_tvm.compile.build import build_library
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.relax import import_programs
@@ -22,41 +19,32 @@ from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.measure.metrics import source_metrics, spectral_metrics
 from kokoro_tvm.measure.validate import run_library
 from kokoro_tvm.model.components import COMPONENTS, _Bound, method, run_float64, run_reference
-from kokoro_tvm.model.kmodel import build_kmodel
 from kokoro_tvm.model.patches import patched
 
-TINY = Path(__file__).resolve().parent / "data" / "tiny.yaml"
 BUCKET = 16
 DECODER = COMPONENTS["decoder"]
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 
-@pytest.fixture(scope="module")
-def kmodel():
-    config = kokoro_config(yaml.safe_load(TINY.read_text())["weights"]["random_model"])
-    torch.manual_seed(0)
-    return build_kmodel(config, disable_complex=True).eval()
-
-
-def voiced_inputs(kmodel, bucket: int) -> dict[str, torch.Tensor]:
+def voiced_inputs(tiny_kmodel, bucket: int) -> dict[str, torch.Tensor]:
     """The decoder's example inputs with a voiced F0: the tiny model's own is near 0 Hz
     (unvoiced: no sines, only noise); a contour of 60-180 Hz makes the source the sines whose
     phase float32 gets wrong."""
-    inputs = DECODER.example_inputs(kmodel, bucket, 0)
+    inputs = DECODER.example_inputs(tiny_kmodel, bucket, 0)
     f0 = inputs["f0"]
     inputs["f0"] = 120 + 60 * torch.sin(torch.linspace(0, 6, f0.shape[-1]))[None].to(f0.dtype)
     return inputs
 
 
 @pytest.fixture(scope="module")
-def source(kmodel):
+def source(tiny_kmodel):
     """The tiny decoder's inputs, PyTorch's float32 source, its float64 truth, and the audio
     the body makes of a given source."""
-    inputs = voiced_inputs(kmodel, BUCKET)
-    ref = run_reference(kmodel, "decoder", inputs)
-    truth = run_float64(kmodel, "decoder", inputs)["har"].numpy()
-    wrapper = DECODER.wrapper(kmodel).eval()
+    inputs = voiced_inputs(tiny_kmodel, BUCKET)
+    ref = run_reference(tiny_kmodel, "decoder", inputs)
+    truth = run_float64(tiny_kmodel, "decoder", inputs)["har"].numpy()
+    wrapper = DECODER.wrapper(tiny_kmodel).eval()
 
     def audio(har: np.ndarray) -> np.ndarray:
         body = DECODER.functions[1]
@@ -67,7 +55,7 @@ def source(kmodel):
     def har_with(harmonic_off: int | None = None, **changed) -> np.ndarray:
         """The float32 source on changed inputs, or with one harmonic left out of the mix."""
         args = {**inputs, **changed}
-        mix = kmodel.decoder.generator.m_source.l_linear.weight
+        mix = tiny_kmodel.decoder.generator.m_source.l_linear.weight
         saved = mix.detach().clone()
         with patched(DECODER.patches), torch.no_grad():
             if harmonic_off is not None:
@@ -125,16 +113,16 @@ def test_validation_reports_the_source_bar(built):
     assert report["passed"]
 
 
-def test_library_source_stays_near_pytorchs_error_at_a_long_bucket(kmodel, tmp_path):
+def test_library_source_stays_near_pytorchs_error_at_a_long_bucket(tiny_kmodel, tmp_path):
     """The phase is a running sum over the utterance: summed in float32 (TVM's cumsum in the
     tensor's dtype), the source's error grew with length to 10x PyTorch's at 768 frames (the
     real model's b768 failed validation); PyTorch's CPU cumsum sums in float64, and so does
     the exported source (model/patches.py). The tiny decoder's source alone, built for llvm."""
     bucket = 768
-    inputs = voiced_inputs(kmodel, bucket)
+    inputs = voiced_inputs(tiny_kmodel, bucket)
     fn = DECODER.functions[0]
     args = tuple(inputs[name] for name in fn.inputs)
-    wrapper = DECODER.wrapper(kmodel).eval()
+    wrapper = DECODER.wrapper(tiny_kmodel).eval()
     with patched(DECODER.patches), torch.no_grad():
         ref = wrapper.source(*args).numpy()
         program = torch.export.export(_Bound(wrapper, method(fn)), args, strict=False)
@@ -144,7 +132,7 @@ def test_library_source_stays_near_pytorchs_error_at_a_long_bucket(kmodel, tmp_p
     np.savez(tmp_path / "params.npz", **params)
     (har,) = run_library(tmp_path / "source.so", tmp_path / "params.npz", fn.name,
                          {name: inputs[name].numpy() for name in fn.inputs})
-    truth = run_float64(kmodel, "decoder", inputs)["har"].numpy()
+    truth = run_float64(tiny_kmodel, "decoder", inputs)["har"].numpy()
     found = source_metrics(har, ref, truth, (truth.shape[-1] - 1) // bucket)
     assert found["float64_error_ratio"]["passed"], found
     assert found["float64_head_error_ratio"]["passed"], found
