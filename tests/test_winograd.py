@@ -29,8 +29,8 @@ def test_transforms_compute_the_correlation_exactly(form):
     assert np.abs(got - want).max() <= 1e-12 * np.abs(want).max()
 
 
-def _conv_call(c_in, c_out, kernel, stride=1, dilation=1, groups=1) -> relax.Call:
-    x = relax.Var("x", relax.TensorType((1, c_in, 500), "float32"))
+def _conv_call(c_in, c_out, kernel, stride=1, dilation=1, groups=1, length=2048) -> relax.Call:
+    x = relax.Var("x", relax.TensorType((1, c_in, length), "float32"))
     w = relax.Var("w", relax.TensorType((c_out, c_in // groups, kernel), "float32"))
     bb = relax.BlockBuilder()
     with bb.function("main", [x, w]):
@@ -44,9 +44,11 @@ def _conv_call(c_in, c_out, kernel, stride=1, dilation=1, groups=1) -> relax.Cal
     ((128, 128, 11), True),  # a generator resblock
     ((256, 256, 7, 1, 3), True),  # dilated
     ((128, 128, 3), True),  # a resblock's short kernel, as F(6, 3)
-    ((256, 256, 3), True),
-    ((1024, 1024, 3), False),  # a decode block: its weights would grow 2.7x
-    ((512, 512, 3), False),  # f0n's
+    ((1024, 1024, 3), True),  # a decode block at 2048 frames
+    ((512, 512, 3), True),  # f0n's
+    ((1024, 1024, 3, 1, 1, 1, 2 + winograd.MIN_STEPS), True),  # long enough
+    ((1024, 1024, 3, 1, 1, 1, 1 + winograd.MIN_STEPS), False),  # one step short
+    ((256, 256, 11, 1, 1, 1, 640), False),  # the first generator stage at 32 frames
     ((512, 512, 5), False),  # the text encoder's CNN: 5 taps gain too little
     ((64, 22, 7), False),  # conv_post: few output channels
     ((22, 128, 12, 6), False),  # noise_convs: strided
@@ -54,6 +56,13 @@ def _conv_call(c_in, c_out, kernel, stride=1, dilation=1, groups=1) -> relax.Cal
 ])
 def test_which_convolutions_take_winograd(args, taken):
     assert winograd.covers(_conv_call(*args)) is taken
+
+
+@pytest.fixture
+def short_convolutions_too(monkeypatch):
+    """Winograd for every length: the cases below are short, to keep them quick (which lengths
+    take it in a build is test_which_convolutions_take_winograd's)."""
+    monkeypatch.setattr(winograd, "MIN_STEPS", 1)
 
 
 # (in channels, out channels, length, kernel, padding, dilation)
@@ -69,7 +78,8 @@ WINOGRAD = [
 
 @pytest.mark.parametrize("case", WINOGRAD, ids=str)
 @pytest.mark.parametrize("target_name", sorted(TARGETS))
-def test_winograd_conv1d_with_bias_and_activation(case, target_name, tmp_path):
+def test_winograd_conv1d_with_bias_and_activation(case, target_name, tmp_path,
+                                                   short_convolutions_too):
     c_in, c_out, length, kernel, padding, dilation = case
     shapes = {"x": (1, c_in, length), "w": (c_out, c_in, kernel), "b": (c_out,)}
 
@@ -94,7 +104,7 @@ def test_winograd_conv1d_with_bias_and_activation(case, target_name, tmp_path):
     assert "interleave" not in names and not any(n.startswith("T_add") for n in names)
 
 
-def test_winograd_weights_are_computed_in_the_call(tmp_path):
+def test_winograd_weights_are_computed_in_the_call(tmp_path, short_convolutions_too):
     """The points' weights (G @ each chunk of taps) are computed in each call from the kernel,
     not by the library's weight transform: a speaking process keeps the kernel as stored, not
     the 1.75-2.7 times as large transformed weights."""

@@ -26,8 +26,8 @@ PrimFunc:
 - ``interleave`` back to time, with FuseOps' epilogue (bias, activation) in the same pass.
 
 Where it is used (``covers``): stride 1, no groups, a kernel size in ``FORMS``, at least
-``MIN_CHANNELS`` output channels and at most ``MAX_CHANNELS`` input channels; the rest keeps
-the direct contraction (conv1d.py). Results are within a few 1e-6 of the direct sum relative to
+``MIN_CHANNELS`` output channels and ``MIN_STEPS`` output steps; the rest keeps the direct
+contraction (conv1d.py). Results are within a few 1e-6 of the direct sum relative to
 the output's scale.
 """
 from __future__ import annotations
@@ -46,12 +46,12 @@ from kokoro_tvm.compile.schedules.cpu import cpu_facts
 # Toom-Cook points, the first ``alpha - 1`` of them (and infinity) for F(m, r): small
 # magnitudes keep the transforms well conditioned in float32.
 POINTS = (0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5)
-# Below this many output channels the transforms cost more than the products they save. Above
-# this many input channels (the decode blocks' 1,024, f0n's 512) the weight transform that
-# each call runs, and its workspace, grow with channels squared over convolutions as short as
-# 64 steps (docs/decisions.md, Winograd convolutions).
+# Below this many output channels the transforms cost more than the products they save.
 MIN_CHANNELS = 64
-MAX_CHANNELS = 256
+# Below this many output steps the direct contraction is faster, whatever the channels: each
+# call's point-weight pass, its transforms and the vec tile's padding (48 tiles of up to 6
+# steps) cost more than the products saved (docs/decisions.md, Winograd convolutions).
+MIN_STEPS = 1024
 
 
 @dataclass(frozen=True)
@@ -173,10 +173,15 @@ def winograd_compute(x: te.Tensor, w: te.Tensor, left: int, out_len: int, dilati
 
 
 def covers(call: relax.Call) -> bool:
-    attrs, w = call.attrs, call.args[1]
-    return (static_float32_ncw(call, kernel_layout="OIW") and int(attrs.strides[0]) == 1
-            and int(attrs.groups) == 1 and int(w.ty.shape[2]) in FORMS
-            and int(w.ty.shape[0]) >= MIN_CHANNELS and int(w.ty.shape[1]) <= MAX_CHANNELS)
+    if not static_float32_ncw(call, kernel_layout="OIW"):
+        return False
+    attrs, x, w = call.attrs, call.args[0], call.args[1]
+    c_out, _, kernel = (int(d) for d in w.ty.shape)
+    if int(attrs.strides[0]) != 1 or int(attrs.groups) != 1 or kernel not in FORMS:
+        return False
+    steps = output_length(int(x.ty.shape[2]), kernel, 1,
+                          (int(attrs.padding[0]), int(attrs.padding[1])), int(attrs.dilation[0]))
+    return c_out >= MIN_CHANNELS and steps >= MIN_STEPS
 
 
 def legalize_conv1d_winograd(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
