@@ -49,8 +49,9 @@ POINTS = (0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5)
 # Below this many output channels the transforms cost more than the products they save.
 MIN_CHANNELS = 64
 # Below this many output steps the direct contraction is faster, whatever the channels: each
-# call's point-weight pass, its transforms and the vec tile's padding (48 tiles of up to 6
-# steps) cost more than the products saved (docs/decisions.md, Winograd convolutions).
+# call's point-weight pass, its transforms and the padding of time to whole vec tiles (on
+# AVX-512, 48 tiles of 4 or 6 steps) cost more than the products saved (measured on Zen 4:
+# docs/decisions.md, Winograd convolutions).
 MIN_STEPS = 1024
 
 
