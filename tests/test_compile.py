@@ -249,8 +249,8 @@ def test_decoder_split_and_noise_inputs_reproduce_kokoro(tiny_kmodel):
         batch, samples, harmonics = inputs["sine_noise"].shape
         sine_noise = torch.empty(batch, harmonics, samples).transpose(1, 2).normal_()
         with patched(COMPONENTS["decoder"].patches):
-            got = DecoderWrapper(tiny_kmodel)(inputs["asr"], inputs["f0"], inputs["n"], inputs["s"],
-                                         phase_noise, sine_noise)
+            got = DecoderWrapper(tiny_kmodel)(inputs["asr"], inputs["f0"], inputs["n"],
+                                              inputs["s"], phase_noise, sine_noise)
     torch.testing.assert_close(got, expected[:, 0], rtol=0, atol=1e-5 * expected.abs().max())
 
 

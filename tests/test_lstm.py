@@ -174,8 +174,8 @@ def _with_length(name: str, inputs: dict[str, torch.Tensor], length: int):
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("name", LSTM_COMPONENTS)
-def test_component_valid_outputs_equal_kokoro_at_exact_length(name, method, tiny_kmodel, programs,
-                                                             target, tmp_path):
+def test_component_valid_outputs_equal_kokoro_at_exact_length(name, method, tiny_kmodel,
+                                                             programs, target, tmp_path):
     mod, params = import_programs(programs[name], method)
     so_path, params_npz = tmp_path / "lib.so", tmp_path / "params.npz"
     build_library(lower(mod, target), target, so_path)

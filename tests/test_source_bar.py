@@ -27,11 +27,11 @@ DECODER = COMPONENTS["decoder"]
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 
-def voiced_inputs(tiny_kmodel, bucket: int) -> dict[str, torch.Tensor]:
+def voiced_inputs(kmodel, bucket: int) -> dict[str, torch.Tensor]:
     """The decoder's example inputs with a voiced F0: the tiny model's own is near 0 Hz
     (unvoiced: no sines, only noise); a contour of 60-180 Hz makes the source the sines whose
     phase float32 gets wrong."""
-    inputs = DECODER.example_inputs(tiny_kmodel, bucket, 0)
+    inputs = DECODER.example_inputs(kmodel, bucket, 0)
     f0 = inputs["f0"]
     inputs["f0"] = 120 + 60 * torch.sin(torch.linspace(0, 6, f0.shape[-1]))[None].to(f0.dtype)
     return inputs

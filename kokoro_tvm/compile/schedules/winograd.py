@@ -173,16 +173,23 @@ def winograd_compute(x: te.Tensor, w: te.Tensor, left: int, out_len: int, dilati
                       name="interleave")
 
 
+def _geometry(call: relax.Call) -> tuple[int, tuple[int, int], int, int]:
+    """A conv1d call's kernel size, padding, dilation and output length (stride 1)."""
+    attrs, x, w = call.attrs, call.args[0], call.args[1]
+    kernel, dilation = int(w.ty.shape[2]), int(attrs.dilation[0])
+    padding = (int(attrs.padding[0]), int(attrs.padding[1]))
+    return kernel, padding, dilation, output_length(int(x.ty.shape[2]), kernel, 1, padding,
+                                                    dilation)
+
+
 def covers(call: relax.Call) -> bool:
     if not static_float32_ncw(call, kernel_layout="OIW"):
         return False
-    attrs, x, w = call.attrs, call.args[0], call.args[1]
-    c_out, _, kernel = (int(d) for d in w.ty.shape)
-    if int(attrs.strides[0]) != 1 or int(attrs.groups) != 1 or kernel not in FORMS:
+    attrs, w = call.attrs, call.args[1]
+    if int(attrs.strides[0]) != 1 or int(attrs.groups) != 1 or int(w.ty.shape[2]) not in FORMS:
         return False
-    steps = output_length(int(x.ty.shape[2]), kernel, 1,
-                          (int(attrs.padding[0]), int(attrs.padding[1])), int(attrs.dilation[0]))
-    return c_out >= MIN_CHANNELS and steps >= MIN_STEPS
+    *_, steps = _geometry(call)
+    return int(w.ty.shape[0]) >= MIN_CHANNELS and steps >= MIN_STEPS
 
 
 def legalize_conv1d_winograd(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
@@ -190,12 +197,8 @@ def legalize_conv1d_winograd(bb: relax.BlockBuilder, call: relax.Call) -> relax.
     if not covers(call):
         return legalize_conv1d(bb, call)
     x, w = call.args
-    attrs = call.attrs
-    dilation = int(attrs.dilation[0])
-    padding = (int(attrs.padding[0]), int(attrs.padding[1]))
-    kernel = int(w.ty.shape[2])
+    kernel, padding, dilation, out_len = _geometry(call)
     form = FORMS[kernel]
-    out_len = output_length(int(x.ty.shape[2]), kernel, 1, padding, dilation)
     facts = cpu_facts(tvm.target.Target.current(allow_none=False))
     vectors = register_tile(facts, int(w.ty.shape[0]), -(-out_len // form.outputs))[1]
     return bb.call_te(winograd_compute, x, w, padding[0], out_len, dilation,
