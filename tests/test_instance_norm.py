@@ -73,8 +73,9 @@ def _imported(module: nn.Module, x: torch.Tensor):
 # The GPU form's math is checked once, on the host CPU.
 @pytest.mark.parametrize("form, target_name", [("imported", "host"), ("imported", "sse"),
                                                ("gpu", "host")])
+# The last: rows long enough for the output's vector loop to have a scalar rest after it.
 @pytest.mark.parametrize("channels, length", [(5, PARTIALS - 3), (4, 4 * PARTIALS + 7),
-                                              (3, 8 * PARTIALS)])
+                                              (3, 8 * PARTIALS), (2, 9 * PARTIALS + 5)])
 def test_lowered_op_matches_torch(form, target_name, channels, length, tmp_path):
     """The kernel as imported, and its GPU form (compile/gpu_instance_norm.py), run here."""
     batch = 3

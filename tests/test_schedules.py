@@ -12,10 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from tvm import relax, s_tir
+from tvm import relax, s_tir, te
 
 from kokoro_tvm.compile.build import build_library
 from kokoro_tvm.compile.lower import lower
+from kokoro_tvm.compile.schedules.common import vectorize_innermost
 from kokoro_tvm.compile.schedules.contraction import register_tile, vec_multiple
 from kokoro_tvm.compile.schedules.cpu import CpuFacts, cpu_facts
 from kokoro_tvm.compile.schedules.elementwise import PARALLEL_CHUNKS
@@ -317,3 +318,39 @@ def test_long_sums_accumulate_in_float64(tmp_path):
                       target, [x], schedule, tmp_path)
         errors[schedule] = float(np.abs(got - want).max() / np.abs(want).max())
     assert errors[True] <= 1e-7 < errors[False] / 10, errors
+
+
+def _one_block(length: int, padded: bool) -> tvm.tirx.PrimFunc:
+    """y[r, t] = 2 x[r, t] + 1 over 3 rows, or (``padded``) x shifted by one with a zero edge."""
+    x = te.placeholder((3, length), "float32", name="x")
+    if padded:
+        y = te.compute((3, length), lambda r, t: tvm.tirx.if_then_else(
+            t >= 1, x[r, tvm.tirx.max(t - 1, 0)], tvm.tirx.const(0.0, "float32")), name="y")
+    else:
+        y = te.compute((3, length), lambda r, t: x[r, t] * 2.0 + 1.0, name="y")
+    return te.create_prim_func([x, y])
+
+
+# (length, padded): what the innermost loop becomes with 16 lanes.
+@pytest.mark.parametrize("length, padded, vector_loops, rest", [
+    (1001, False, 1, (992, 1001)),  # 62 chunks, then 9 scalar steps
+    (1008, False, 1, None),  # whole chunks
+    (9, False, 1, None),  # one vector of 9
+    (38, False, 0, None),  # too few chunks for a rest loop: scalar
+    (1001, True, 0, None),  # a vector if_then_else would run lane by lane: scalar
+])
+def test_vectorize_innermost_splits_off_a_scalar_rest(length, padded, vector_loops, rest):
+    sch = s_tir.Schedule(_one_block(length, padded))
+    left = vectorize_innermost(sch, sch.get_sblock("y"), lanes=16)
+    script = sch.mod.script()
+    assert script.count("T.vectorized(") == vector_loops
+    if rest is not None:
+        assert left is None and f"range({rest[0]}, {rest[1]})" in script
+    elif vector_loops == 0:
+        assert left is not None and sch.get(left).extent == length  # the loop, untouched
+    lib = tvm.compile(sch.mod, target=make_target(TARGETS["host"]))
+    x = np.random.default_rng(0).standard_normal((3, length)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros_like(x))
+    lib["main"](tvm.runtime.tensor(x), out)
+    want = np.pad(x[:, :-1], ((0, 0), (1, 0))) if padded else x * 2 + 1
+    np.testing.assert_array_equal(out.numpy(), want)

@@ -11,9 +11,10 @@ only:
 - sin, cos (compile/schedules/math.py legalizes Relax's with them: Snake activations, the
   generator's phase, SineGen): the argument is reduced in float64 to r = x - k pi/2 with |r| <=
   pi/4 (pi/2 in two doubles, so r stays exact to about 1e-16 * k: the sine generator's phases
-  reach 1e6), then Taylor series of degree 11/12 in float64 (truncation below 1e-10), and the
-  quadrant k mod 4 picks +-sin r or +-cos r. The float32 result is then within an ulp of libm's.
-  Infinities and NaN give NaN, like libm.
+  reach 1e6); r rounded to float32 then goes through Cephes' sinf and cosf polynomials (degree
+  7 and 8, in float32: only the reduction needs double), and the quadrant k mod 4 picks +-sin r
+  or +-cos r. The result is within 1.5 ulp of the exact one at any phase up to 1e6 (libm's:
+  0.5). Infinities and NaN give NaN, like libm.
 - exp (schedules/softmax.py: ALBERT's attention): Cephes' ``expf``, x = n ln 2 + r with ln 2
   in two parts and |r| <= ln 2 / 2, a degree-5 polynomial for (exp(r) - 1 - r) / r^2, and 2^n
   written into the exponent bits; within 2 ulp of libm. Arguments are clamped to [-88, 88]:
@@ -21,8 +22,6 @@ only:
   exp(88), where libm overflows towards infinity at 88.72. NaN stays NaN.
 """
 from __future__ import annotations
-
-import math
 
 from tvm import tirx
 
@@ -58,9 +57,9 @@ def sigmoid(x: tirx.PrimExpr) -> tirx.PrimExpr:
 # pi/2 as a double plus the double nearest to the rest.
 _HALF_PI_HI = 1.5707963267948966
 _HALF_PI_LO = 6.123233995736766e-17
-# Taylor coefficients of sin(r)/r and cos(r) in r^2, highest first.
-_SIN_TAYLOR = tuple((-1) ** n / math.factorial(2 * n + 1) for n in range(5, -1, -1))
-_COS_TAYLOR = tuple((-1) ** n / math.factorial(2 * n) for n in range(6, -1, -1))
+# Cephes' sinf and cosf on [-pi/4, pi/4]: sin r = r + r^3 P(r^2), cos r = 1 - r^2/2 + r^4 Q(r^2).
+_SIN_P = (-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1)
+_COS_Q = (2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2)
 
 
 def _sin_quadrant(x: tirx.PrimExpr, quarter_turns: int) -> tirx.PrimExpr:
@@ -68,16 +67,16 @@ def _sin_quadrant(x: tirx.PrimExpr, quarter_turns: int) -> tirx.PrimExpr:
     f64 = "float64"
     wide = tirx.Cast(f64, x)
     k = tirx.round(wide * tirx.const(1 / _HALF_PI_HI, f64))
-    r = wide - k * tirx.const(_HALF_PI_HI, f64) - k * tirx.const(_HALF_PI_LO, f64)
+    r = tirx.Cast(DTYPE, wide - k * tirx.const(_HALF_PI_HI, f64) - k * tirx.const(_HALF_PI_LO, f64))
     square = r * r
-    sine = r * _horner(_SIN_TAYLOR, square, f64)
-    cosine = _horner(_COS_TAYLOR, square, f64)
+    sine = r + r * square * _horner(_SIN_P, square)
+    cosine = (tirx.const(1.0, DTYPE) - tirx.const(0.5, DTYPE) * square
+              + square * square * _horner(_COS_Q, square))
     turns = k + tirx.const(quarter_turns, f64)
     quadrant = turns - tirx.const(4, f64) * tirx.floor(turns * tirx.const(0.25, f64))  # 0..3
     odd = tirx.Or(quadrant == tirx.const(1, f64), quadrant == tirx.const(3, f64))
     value = tirx.Select(odd, cosine, sine)
-    value = tirx.Select(quadrant >= tirx.const(2, f64), -value, value)
-    return tirx.Cast(DTYPE, value)
+    return tirx.Select(quadrant >= tirx.const(2, f64), -value, value)
 
 
 def sin(x: tirx.PrimExpr) -> tirx.PrimExpr:

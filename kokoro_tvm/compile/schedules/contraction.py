@@ -22,7 +22,7 @@ import json
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from kokoro_tvm.compile.schedules.common import loop_extent, root_blocks
+from kokoro_tvm.compile.schedules.common import loop_extent, root_blocks, vectorize_innermost
 from kokoro_tvm.compile.schedules.cpu import CpuFacts, cpu_facts
 from kokoro_tvm.compile.schedules.elementwise import (
     PARALLEL_CHUNKS,
@@ -93,19 +93,6 @@ def _try(fn, *args) -> bool:
         return False
 
 
-def vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
-    """Vectorizes the block's innermost loop in ``lanes`` chunks where its extent allows."""
-    loops = sch.get_loops(block)
-    if not loops:
-        return
-    extent = loop_extent(sch, loops[-1])
-    if extent % lanes == 0 and extent > lanes:
-        _, inner = sch.split(loops[-1], [None, lanes])
-        sch.vectorize(inner)
-    elif 1 < extent <= lanes:
-        sch.vectorize(loops[-1])
-
-
 def schedule_contraction(sch: s_tir.Schedule, block, axes: dict, facts: CpuFacts) -> None:
     """Tiles, vectorizes and parallelizes the contraction ``block`` and its epilogue."""
     lanes = facts.lanes()
@@ -149,14 +136,14 @@ def schedule_contraction(sch: s_tir.Schedule, block, axes: dict, facts: CpuFacts
     scheduled = [sch.get(b) for b in (block, tile_output) if b is not None]
     for b in _blocks_under(sch, ro):
         if not any(sch.get(b).same_as(s) for s in scheduled):
-            vectorize_inner(sch, b, facts.lanes())
+            vectorize_innermost(sch, b, facts.lanes())
     tile_input = _tile_input(sch, block, axes)
     if tile_input is not None and vecs // (m * lanes) >= PARALLEL_CHUNKS:
         # Each vec tile pads its own input window just before its row tiles read it, while it
         # is in cache, instead of a pass of its own over the whole input; the threads then
         # split the vec tiles alone, which needs many of them (docs/decisions.md, CPU peak).
         sch.compute_at(tile_input, vo, preserve_unit_loops=True)
-        vectorize_inner(sch, tile_input, facts.lanes())
+        vectorize_innermost(sch, tile_input, facts.lanes())
         sch.parallel(sch.fuse(*others, vo))
     else:
         sch.parallel(sch.fuse(*others, vo, ro))

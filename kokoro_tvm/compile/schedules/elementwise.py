@@ -13,7 +13,7 @@ from __future__ import annotations
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from kokoro_tvm.compile.schedules.common import loop_extent, root_blocks
+from kokoro_tvm.compile.schedules.common import loop_extent, root_blocks, vectorize_innermost
 from kokoro_tvm.compile.schedules.cpu import CpuFacts, cpu_facts
 
 # Below this many iterations a parallel loop costs more than it saves.
@@ -57,12 +57,12 @@ def schedule_block(sch: s_tir.Schedule, block, facts: CpuFacts) -> None:
         total *= e
     if all(k == tirx.IterVar.DataPar for k in kinds):
         lanes = facts.lanes()
-        inner = loops[-1]
-        if _vectorizable(sch.get(block)) and extents[-1] % lanes == 0 and extents[-1] >= lanes:
-            outer_part, vector = sch.split(inner, [None, lanes])
-            sch.vectorize(vector)
-            loops, extents = [*loops[:-1], outer_part], [*extents[:-1], extents[-1] // lanes]
-        if total >= MIN_PARALLEL_WORK:
+        if _vectorizable(sch.get(block)):
+            inner = vectorize_innermost(sch, block, lanes)
+            loops, extents = loops[:-1], extents[:-1]
+            if inner is not None:
+                loops, extents = [*loops, inner], [*extents, loop_extent(sch, inner)]
+        if total >= MIN_PARALLEL_WORK and loops:
             _parallel_outer(sch, loops, extents)
         return
     leading = []

@@ -18,8 +18,7 @@ from tvm import s_tir, tirx
 from tvm.target import Target
 
 from kokoro_tvm.compile.row_reduction import LANE_PARTIALS, ROW_STATISTIC, ROW_VALUES
-from kokoro_tvm.compile.schedules.common import root_blocks
-from kokoro_tvm.compile.schedules.contraction import vectorize_inner
+from kokoro_tvm.compile.schedules.common import root_blocks, vectorize_innermost
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
 from kokoro_tvm.compile.schedules.elementwise import (
     inline_spatial,
@@ -53,15 +52,17 @@ def apply_row_statistics(func: tirx.PrimFunc, target: Target) -> s_tir.Schedule 
     for block in blocks[:-1]:
         if _kind(sch, block) is None:
             inline_spatial(sch, block)
+    scheduled = [sch.get(b).name_hint for b in (output, *marked)]
     *row_loops, _ = sch.get_loops(output)
     row = sch.fuse(*row_loops)
     sch.parallel(row)  # before any reduction is decomposed under it
-    vectorize_inner(sch, output, facts.lanes())
     for block in reversed(marked):
         sch.compute_at(block, row, preserve_unit_loops=True)
         if _kind(sch, block) == LANE_PARTIALS:
             _vectorize_partials(sch, block)
         elif _kind(sch, block) == ROW_VALUES:
-            vectorize_inner(sch, block, facts.lanes())
-    schedule_root_blocks(sch, facts, skip=[output, *marked])
+            vectorize_innermost(sch, block, facts.lanes())
+    # Last: a row length that is no multiple of the lanes splits the output's block in two.
+    vectorize_innermost(sch, output, facts.lanes())
+    schedule_root_blocks(sch, facts, skip=scheduled)
     return sch
