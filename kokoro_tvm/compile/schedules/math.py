@@ -10,8 +10,8 @@ powers become products and sin/cos reduce their argument in float64 on every tar
   ``topi.fast_tanh``), vectorizable, instead of a scalar libm call per element.
 - ``sin``, ``cos`` (the decoder's Snake activations, generator phase and sine source): the
   vectorizable forms of compile/fastmath.py (float64 argument reduction, so phases of 1e6 stay
-  within an ulp of libm); libm's scalar ``sinf`` took 8 ns per element, a fifth of the AdaIN +
-  Snake kernels' time.
+  within 1.5 ulp); libm's scalar ``sinf`` took 8 ns per element, a fifth of the AdaIN + Snake
+  kernels' time.
 - ``power`` by a small whole constant (``x ** 3`` in the GELU): repeated multiplication instead
   of ``powf``, which LLVM cannot vectorize and which is NaN on CUDA for negative ``x``.
 
