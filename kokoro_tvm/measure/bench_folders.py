@@ -2,8 +2,9 @@
 runtime (other buckets, schedules or precision) against the folder built before it.
 
 Each round speaks the text once with each folder, taking turns, after one warm-up pass each
-(libraries loaded, weights prepared, buffers allocated). The text is spoken as `kokoro-tvm say`
-speaks it (sentences joined up to Kokoro's token limit), or as it streams it with
+(libraries loaded, weights prepared, buffers allocated); the folder that goes first alternates,
+so an even number of rounds gives both the same share of each position. The text is spoken as
+`kokoro-tvm say` speaks it (sentences joined up to Kokoro's token limit), or as it streams it with
 ``per_sentence`` (a lead, then a chunk per sentence). Reported per folder: synthesis and
 decoder seconds (medians over the rounds, with every round's value), the frames the decoder was
 asked for and those it computed (each call padded to its bucket: TvmEngine.decoder_frames) and
@@ -38,7 +39,7 @@ def _pass(engine, text: str, voice: str, speed: float, per_sentence: bool) -> di
 
 
 def benchmark(baseline: str | Path, folder: str | Path, text: str, voice: str = "af_heart",
-              speed: float = 1.0, rounds: int = 3, per_sentence: bool = False
+              speed: float = 1.0, rounds: int = 4, per_sentence: bool = False
               ) -> dict[str, Any]:
     """Both folders' figures, measured in interleaved rounds (module docstring)."""
     from kokoro_tvm.runtime.engine import TvmEngine
@@ -48,9 +49,11 @@ def benchmark(baseline: str | Path, folder: str | Path, text: str, voice: str = 
     for engine in engines.values():
         _pass(engine, text, voice, speed, per_sentence)  # warm-up
     measured: dict[str, list[dict[str, Any]]] = {name: [] for name in engines}
+    order = list(engines)
     for _ in range(rounds):
-        for name, engine in engines.items():
-            measured[name].append(_pass(engine, text, voice, speed, per_sentence))
+        for name in order:
+            measured[name].append(_pass(engines[name], text, voice, speed, per_sentence))
+        order.reverse()  # position biases a pass (docs/decisions.md, Timing in turns)
     results = {}
     for name, passes in measured.items():
         last = passes[-1]
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="speak the text's first N words (default 300; 0: all)")
     parser.add_argument("--voice", default="af_heart")
     parser.add_argument("--speed", type=float, default=1.0)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--per-sentence", action="store_true",
                         help="speak it as a stream: a lead, then a chunk per sentence")
     parser.add_argument("--out-json", help="also write the figures here")

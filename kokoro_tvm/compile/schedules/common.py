@@ -5,8 +5,8 @@ import tvm
 from tvm import relax, s_tir, tirx
 
 # Below this many whole vector chunks, a loop whose extent is no multiple of the lanes stays
-# scalar (LLVM may still vectorize it): the scalar rest would cost about as much as the chunks
-# save (a convolution's 38-step tile of padded input ran 1.4 times slower split in two).
+# scalar (LLVM may still vectorize it): the scalar rest costs about what the chunks save
+# (docs/decisions.md, "Vector loops with a scalar rest").
 MIN_PARTITIONED_CHUNKS = 8
 
 
