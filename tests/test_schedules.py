@@ -9,6 +9,8 @@ strides, dilations, groups and polyphase edge cases; on the host CPU and on a ge
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import tvm
@@ -232,8 +234,9 @@ def test_snake_and_phase_sin_cos(target_name, tmp_path):
     assert "T.sin(" not in script and "T.cos(" not in script
 
 
-# Rows shorter than the partial results, with a tail, and without (as ALBERT's 64 tokens).
-@pytest.mark.parametrize("length", [8, 37, 64])
+# Rows shorter than the partial results, with a tail, and without (as ALBERT's 64 tokens), and
+# long enough for a vector loop with a scalar rest (37 on SSE's 4 lanes, 149 on the host's).
+@pytest.mark.parametrize("length", [8, 37, 64, 149])
 @pytest.mark.parametrize("target_name", sorted(TARGETS))
 def test_softmax_as_row_statistics(length, target_name, tmp_path):
     """ALBERT's attention: scores plus a mask (float32's most negative on padded keys), softmax
@@ -264,6 +267,11 @@ def test_softmax_as_row_statistics(length, target_name, tmp_path):
     assert "T.exp(" not in script
     assert "T.parallel" in script and "T.vectorized" in script
     assert "row_statistic" in script
+    # Every statistic inside the one parallel row loop, each before what reads it (a producer
+    # placed after its consumer reads memory never written: wrong at random).
+    assert len(re.findall(r"^    for ", script, re.MULTILINE)) == 1
+    assert script.index('sblock("peak_total")') < script.index('sblock("exps') < script.index(
+        'sblock("inverse")')
 
 
 def test_softmax_over_another_axis_keeps_tvms_lowering(tmp_path):

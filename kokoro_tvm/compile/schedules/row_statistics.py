@@ -56,13 +56,15 @@ def apply_row_statistics(func: tirx.PrimFunc, target: Target) -> s_tir.Schedule 
     *row_loops, _ = sch.get_loops(output)
     row = sch.fuse(*row_loops)
     sch.parallel(row)  # before any reduction is decomposed under it
+    row_values = [b for b in marked if _kind(sch, b) == ROW_VALUES]
     for block in reversed(marked):
         sch.compute_at(block, row, preserve_unit_loops=True)
         if _kind(sch, block) == LANE_PARTIALS:
             _vectorize_partials(sch, block)
-        elif _kind(sch, block) == ROW_VALUES:
-            vectorize_innermost(sch, block, facts.lanes())
-    # Last: a row length that is no multiple of the lanes splits the output's block in two.
-    vectorize_innermost(sch, output, facts.lanes())
+    # Only once every block is in place: a row that is no multiple of the lanes splits a block
+    # in two under one whose reads compute_at cannot see, so a producer moved after that would
+    # land behind its consumer.
+    for block in (*row_values, output):
+        vectorize_innermost(sch, block, facts.lanes())
     schedule_root_blocks(sch, facts, skip=scheduled)
     return sch
