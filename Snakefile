@@ -30,20 +30,21 @@ rule all:
 # need and times it.
 rule bench_lstm:
     input:
-        bench_lstm_targets(),
+        per_runnable_target(paths.BENCH_LSTM),
 
 
 rule bench_components:
     input:
-        bench_components_targets(),
+        per_runnable_target(paths.BENCH_COMPONENTS),
 
 
 rule bench_e2e:
     input:
-        bench_e2e_targets(),
+        per_runnable_target(paths.BENCH_E2E),
 
 
 # Everything `snakemake --report report.html all figures` shows beyond validation.
 rule figures:
     input:
-        figure_targets(),
+        per_runnable_target(paths.REPORT_SPECTROGRAM, paths.BENCH_COMPONENTS, paths.BENCH_E2E,
+                            paths.BENCH_LSTM),

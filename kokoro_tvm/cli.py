@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from kokoro_tvm.errors import UserError
+from kokoro_tvm.facts import SAMPLE_RATE
 from kokoro_tvm.runtime import g2p
 from kokoro_tvm.runtime.kokoro import SPEED_RANGE
 from kokoro_tvm.runtime.model_folder import DEFAULT_MODEL
@@ -86,7 +87,6 @@ def _text(args: argparse.Namespace) -> str:
 def say(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from kokoro_tvm.facts import SAMPLE_RATE
     from kokoro_tvm.runtime.audio_file import check_output, write_audio
     from kokoro_tvm.runtime.kokoro import Kokoro, check_request
     from kokoro_tvm.runtime.model_folder import ModelFolder
@@ -110,7 +110,7 @@ def say(args: argparse.Namespace) -> int:
                             per_sentence=args.stream, progress=bar):
         first_audio = first_audio or time.perf_counter() - loaded
         chunks.append(chunk.samples)
-        if args.stream and args.output == "-":  # raw 16-bit 24 kHz mono, as each chunk is ready
+        if args.stream and args.output == "-":  # raw 16-bit mono PCM, as each chunk is ready
             pcm = np.clip(chunk.samples * 32767, -32768, 32767).astype("<i2")
             sys.stdout.buffer.write(pcm.tobytes())
             sys.stdout.buffer.flush()
@@ -166,8 +166,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--file", help="read the text from this UTF-8 file (any length)")
     p.add_argument("-o", "--output", required=True,
                    help="audio file to write: .wav, .flac, .ogg (.mp3 where libsndfile has it); "
-                        "24 kHz mono; with --stream, - writes raw 16-bit PCM to stdout as each "
-                        "chunk finishes")
+                        f"{SAMPLE_RATE // 1000} kHz mono; with --stream, - writes raw 16-bit PCM "
+                        "to stdout as each chunk finishes")
     _model_argument(p)
     p.add_argument("--voice", default="af_heart",
                    help="a voice name or a blend like af_heart:0.7,am_adam:0.3 (kokoro-tvm voices)")

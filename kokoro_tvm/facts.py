@@ -12,3 +12,9 @@ COMPONENT_NAMES = ("bert", "duration", "text_encoder", "f0n", "decoder")
 STYLE_DIM = 128
 # KModel's submodules: the checkpoint holds one state dict per submodule.
 SUBMODULES = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
+# Kokoro's context is 512 positions, two of them the boundary pads: at most this many phoneme
+# tokens per forward pass, and one voice-table row per token count.
+MAX_TOKENS = 510
+# How the LSTM components' LSTMs can be lowered (compile/lstm.py), fastest first (docs/decisions.md,
+# LSTM methods): the runtime prefers them in this order.
+LSTM_METHOD_NAMES = ("tir_vec", "tir", "unroll")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from kokoro_tvm import paths
+from kokoro_tvm.facts import LSTM_METHOD_NAMES
 
 
 def require_options(parser: argparse.ArgumentParser, args: argparse.Namespace,
@@ -19,3 +20,43 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """The KModel asset files a stage loads the PyTorch model from."""
     parser.add_argument("--checkpoint", required=True, help=paths.ASSET_WEIGHTS)
     parser.add_argument("--model-config", required=True, help=paths.ASSET_CONFIG)
+
+
+def _target_options(text: str) -> dict:
+    import json
+
+    try:
+        options = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e})") from None
+    if not isinstance(options, dict) or "kind" not in options:
+        raise argparse.ArgumentTypeError("a TVM target in dict form with a 'kind' is needed")
+    return options
+
+
+def add_target_options_argument(parser: argparse.ArgumentParser) -> None:
+    """--target-options: a target's entry of config.yaml's target_options, as JSON."""
+    parser.add_argument("--target-options", required=True, type=_target_options,
+                        help='the TVM target in dict form, as JSON, e.g. {"kind": "llvm", '
+                             '"mcpu": "host"} (config.yaml: target_options)')
+
+
+def add_lstm_argument(parser: argparse.ArgumentParser) -> None:
+    """--lstm: how the component's LSTMs are lowered, checked before any work."""
+    parser.add_argument("--lstm", required=True, choices=(paths.WITHOUT_LSTM, *LSTM_METHOD_NAMES),
+                        help=f"LSTM lowering method ({paths.WITHOUT_LSTM} for a component "
+                             "without LSTMs)")
+
+
+def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    """--threads of a script that times TVM libraries: TVM reads its thread count from
+    TVM_NUM_THREADS when it starts, so the two must agree (``check_threads``)."""
+    parser.add_argument("--threads", type=int, required=True,
+                        help="threads TVM runs with (set TVM_NUM_THREADS to the same)")
+
+
+def check_threads(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    import os
+
+    if os.environ.get("TVM_NUM_THREADS") != str(args.threads):
+        parser.error(f"set TVM_NUM_THREADS={args.threads} (TVM reads it when it starts)")

@@ -13,6 +13,7 @@ rule bench_lstm_target:
     params:
         repeats=5,
         versions=versions("apache-tvm", "matplotlib"),
+    threads: job_threads
     log:
         "logs/bench/lstm/{target}.log",
     benchmark:
@@ -20,8 +21,8 @@ rule bench_lstm_target:
     conda:
         "../envs/kokoro-tvm.yaml"
     shell:
-        "python {input.script} --manifest {input.manifest} --params {input.params}"
-        " --repeats {params.repeats} --out-json {output.json} --out-plot {output.plot}"
+        "TVM_NUM_THREADS={threads} python {input.script} --manifest {input.manifest}"
+        " --params {input.params} --threads {threads} --repeats {params.repeats} --out-json {output.json} --out-plot {output.plot}"
         " > {log} 2>&1"
 
 

@@ -11,13 +11,13 @@ rule build:
         library=paths.LIBRARY,
         meta=paths.LIBRARY_META,
     params:
-        options=lambda wildcards: target_options(wildcards.target),
+        options=target_options_of,
         versions=versions("apache-tvm"),
     priority: longest_chains_first
     log:
-        "logs/lib/{target}/{component}/{lstm}/b{bucket}.log",
+        "logs/build/{target}/{component}/{lstm}/b{bucket}.log",
     benchmark:
-        "benchmarks/lib/{target}/{component}/{lstm}/b{bucket}.tsv"
+        "benchmarks/build/{target}/{component}/{lstm}/b{bucket}.tsv"
     conda:
         "../envs/kokoro-tvm.yaml"
     shell:

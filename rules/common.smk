@@ -194,9 +194,10 @@ def per_library(pattern, target):
     return [pattern.format(target=target, **dims) for dims in library_dims(target)]
 
 
-def target_options(target):
-    """A target's TVM options as JSON, passed as a param so that changing them rebuilds that target only."""
-    return json.dumps(setting(f"target_options.{target}"), sort_keys=True)
+def target_options_of(wildcards):
+    """A job's target's TVM options as JSON, passed as a param so that changing them rebuilds
+    that target only."""
+    return json.dumps(setting(f"target_options.{wildcards.target}"), sort_keys=True)
 
 
 def library_precision_of(wildcards):
@@ -227,10 +228,9 @@ def runnable_targets():
             if cannot_run_reason(setting(f"target_options.{t}")) is None]
 
 
-def figure_targets():
-    """The report's figures: spectrogram comparison and benchmarks, per runnable target."""
-    return expand([paths.REPORT_SPECTROGRAM, paths.BENCH_COMPONENTS, paths.BENCH_E2E,
-                   paths.BENCH_LSTM], target=runnable_targets())
+def per_runnable_target(*patterns):
+    """``patterns`` for each configured target this machine can run (benchmarks, figures)."""
+    return expand(list(patterns), target=runnable_targets())
 
 
 def lstm_components():
@@ -242,14 +242,6 @@ def lstm_params():
     return expand(paths.PARAMS, component=lstm_components())
 
 
-def bench_lstm_targets():
-    return expand(paths.BENCH_LSTM, target=runnable_targets())
-
-
-def bench_components_targets():
-    return expand(paths.BENCH_COMPONENTS, target=runnable_targets())
-
-
 def bench_components_lengths():
     """bench_components' length options, from config (none: every library)."""
     lengths = setting("report.bench_components_lengths")
@@ -257,10 +249,6 @@ def bench_components_lengths():
         return ""
     return (f"--token-lengths {' '.join(map(str, lengths['tokens']))}"
             f" --frame-lengths {' '.join(map(str, lengths['frames']))}")
-
-
-def bench_e2e_targets():
-    return expand(paths.BENCH_E2E, target=runnable_targets())
 
 
 def job_threads(wildcards):

@@ -13,6 +13,8 @@ rule dist:
         folder=directory(paths.DIST),
     log:
         "logs/dist/{target}.log",
+    benchmark:
+        "benchmarks/dist/{target}.tsv"
     conda:
         "../envs/kokoro-tvm.yaml"
     shell:

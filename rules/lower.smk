@@ -10,15 +10,15 @@ rule lower:
     output:
         lowered=paths.LOWERED,
     params:
-        options=lambda wildcards: target_options(wildcards.target),
+        options=target_options_of,
         tuning=lambda wildcards, input: f"--tuning-db {input.tuning}" if input.tuning else "",
         precision=library_precision_of,
         versions=versions("apache-tvm"),
     priority: longest_chains_first
     log:
-        "logs/lowered/{target}/{component}/{lstm}/b{bucket}.log",
+        "logs/lower/{target}/{component}/{lstm}/b{bucket}.log",
     benchmark:
-        "benchmarks/lowered/{target}/{component}/{lstm}/b{bucket}.tsv"
+        "benchmarks/lower/{target}/{component}/{lstm}/b{bucket}.tsv"
     conda:
         "../envs/kokoro-tvm.yaml"
     shell:

@@ -31,6 +31,7 @@ rule spectrogram:
     params:
         sentence=setting("report.sentence"),
         voice=setting("report.voice"),
+    threads: job_threads
     log:
         "logs/report/spectrogram/{target}.log",
     benchmark:
@@ -38,5 +39,5 @@ rule spectrogram:
     conda:
         "../envs/kokoro-tvm.yaml"
     shell:
-        "python {input.script} --target {wildcards.target} --sentence {params.sentence:q}"
-        " --voice {params.voice} --out {output} > {log} 2>&1"
+        "TVM_NUM_THREADS={threads} python {input.script} --target {wildcards.target}"
+        " --sentence {params.sentence:q} --voice {params.voice} --out {output} > {log} 2>&1"

@@ -9,7 +9,7 @@ rule tune:
     output:
         database=directory(paths.TUNE),
     params:
-        options=lambda wildcards: target_options(wildcards.target),
+        options=target_options_of,
         max_trials=setting("tuning.max_trials"),
         trials_per_task=setting("tuning.trials_per_task"),
         versions=versions("apache-tvm"),

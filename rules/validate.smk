@@ -12,7 +12,7 @@ rule validate:
     output:
         report=paths.VALIDATION,
     params:
-        options=lambda wildcards: target_options(wildcards.target),
+        options=target_options_of,
     threads: validation_threads
     priority: longest_chains_first
     log:

@@ -39,6 +39,9 @@ BAD_CONFIGS = {
         "tokens": [0, 64], "frames": [240]}}}, "report.bench_components_lengths.tokens[0]"),
     "int8 on a GPU": ({"targets": ["cuda"], "target_options": {"cuda": {
         "kind": "cuda", "arch": "sm_90", "precision": "int8"}}}, "target_options.cuda.precision"),
+    "misspelt target option": ({"target_options": {"llvm": {
+        "kind": "llvm", "mcpu": "host", "precison": "int8"}}}, "target_options.llvm"),
+    "token bucket past Kokoro's context": ({"buckets": {"bert": [64, 513]}}, "buckets.bert[1]"),
 }
 
 
@@ -114,3 +117,41 @@ def test_the_schemas_sources_are_the_ones_the_scripts_read():
             for section in ("weights", "voices")}
     assert enum["weights"] == set(SOURCES) == set(SOURCE_OPTIONS)
     assert enum["voices"] == set(VOICE_SOURCES)
+
+
+def test_the_schema_states_the_facts_the_code_uses():
+    """config.yaml's schema cannot import Python: its component names, LSTM methods,
+    precisions and token limit are checked against the one place each is stated."""
+    from kokoro_tvm.compile.devices import PRECISIONS
+    from kokoro_tvm.compile.lstm import LSTM_METHODS
+    from kokoro_tvm.facts import COMPONENT_NAMES, LSTM_METHOD_NAMES, MAX_TOKENS
+
+    schema = yaml.safe_load((REPO / "kokoro_tvm/schemas/config.schema.yaml").read_text())
+    properties = schema["properties"]
+    assert set(properties["lstm_methods"]["items"]["enum"]) == set(LSTM_METHOD_NAMES)
+    assert set(LSTM_METHODS) == set(LSTM_METHOD_NAMES)
+    buckets = properties["buckets"]
+    assert list(buckets["properties"]) == list(COMPONENT_NAMES) == buckets["required"]
+    assert schema["$defs"]["token_buckets"]["items"]["maximum"] == MAX_TOKENS + 2  # the pads
+    options = properties["target_options"]["additionalProperties"]["properties"]
+    assert tuple(options["precision"]["enum"]) == PRECISIONS
+
+
+@pytest.mark.parametrize("script, arguments, message", [
+    ("relax.py", ["--exported", "missing.pt2", "--lstm", "tirvec", "--out", "x.json"],
+     "--lstm: invalid choice: 'tirvec' (choose from 'none', 'tir_vec', 'tir', 'unroll')"),
+    ("lower.py", ["--relax", "missing.json", "--target-options", "{kind: llvm}", "--out", "x"],
+     "--target-options: not JSON"),
+    ("validate.py", ["--component", "bert", "--lstm", "none", "--bucket", "16", "--library",
+                     "x.so", "--params", "x.npz", "--reference", "x.npz", "--out", "x.json"],
+     "the following arguments are required: --target-options"),
+])
+def test_workflow_scripts_refuse_bad_arguments_before_any_work(tmp_path, script, arguments,
+                                                                message):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(REPO / "workflow_scripts" / script), *arguments],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert not list(tmp_path.iterdir())

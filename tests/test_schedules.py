@@ -22,6 +22,7 @@ from kokoro_tvm.compile.schedules.common import vectorize_innermost
 from kokoro_tvm.compile.schedules.contraction import register_tile, vec_multiple
 from kokoro_tvm.compile.schedules.cpu import CpuFacts, cpu_facts
 from kokoro_tvm.compile.schedules.elementwise import PARALLEL_CHUNKS
+from kokoro_tvm.compile.schedules.reduction import LONG_REDUCTION
 from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.runtime.library import Library, Weights
 
@@ -42,7 +43,9 @@ def _function(shapes: dict[str, tuple], body) -> tvm.IRModule:
     return bb.get()
 
 
-def _run(mod, target, inputs, schedule: bool, tmp_path) -> np.ndarray:
+def _run(mod, target, inputs, schedule: bool, tmp_path
+         ) -> tuple[np.ndarray, tvm.IRModule]:
+    """The module's output on ``inputs``, with or without our schedules, and the lowered module."""
     lowered = lower(mod, target, schedule=schedule)
     so = tmp_path / f"{'s' if schedule else 'u'}.so"
     build_library(lowered, target, so)
@@ -313,19 +316,24 @@ def test_weight_transforms_are_lifted(tmp_path):
     assert len(library.prepared("main")) == 1  # one prepared weight for both uses
 
 
-def test_long_sums_accumulate_in_float64(tmp_path):
-    """A masked-InstanceNorm-like mean over 60,000 samples: ours is float32-exact (float64
-    accumulation); TVM's sequential float32 sum is measurably off (why the rule exists)."""
+@pytest.mark.parametrize("op", ["sum", "mean"])
+def test_long_sums_accumulate_in_float64(tmp_path, op):
+    """schedules/reduction.py: a sum or mean over 60,000 samples is float32-exact (float64
+    accumulation), where TVM's sequential float32 sum is measurably off (why the rule exists);
+    one over fewer than LONG_REDUCTION elements keeps TVM's legalization."""
     shapes = {"x": (1, 4, 60_000)}
     x = (1.0 + np.random.default_rng(0).random(shapes["x"])).astype("float32")
-    want = x.astype(np.float64).mean(axis=-1, keepdims=True)
+    want = getattr(x.astype(np.float64), op)(axis=-1, keepdims=True)
+    reduce = getattr(relax.op, op)
     target = make_target(TARGETS["host"])
     errors = {}
     for schedule in (True, False):
-        got, _ = _run(_function(shapes, lambda v: relax.op.mean(v, axis=[2], keepdims=True)),
+        got, _ = _run(_function(shapes, lambda v: reduce(v, axis=[2], keepdims=True)),
                       target, [x], schedule, tmp_path)
         errors[schedule] = float(np.abs(got - want).max() / np.abs(want).max())
     assert errors[True] <= 1e-7 < errors[False] / 10, errors
+    short = _function({"x": (4, LONG_REDUCTION - 1)}, lambda v: reduce(v, axis=[1]))
+    assert "float64" not in lower(short, target).script()
 
 
 def _one_block(length: int, padded: bool) -> tvm.tirx.PrimFunc:
@@ -362,3 +370,4 @@ def test_vectorize_innermost_splits_off_a_scalar_rest(length, padded, vector_loo
     lib["main"](tvm.runtime.tensor(x), out)
     want = np.pad(x[:, :-1], ((0, 0), (1, 0))) if padded else x * 2 + 1
     np.testing.assert_array_equal(out.numpy(), want)
+

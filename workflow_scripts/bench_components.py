@@ -11,12 +11,11 @@ or those that serve the lengths given (the smallest bucket that holds each, or t
 """
 import argparse
 import json
-import os
 import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
-from kokoro_tvm.script_args import add_model_arguments
+from kokoro_tvm.script_args import add_model_arguments, add_threads_argument, check_threads
 
 
 def main() -> None:
@@ -26,7 +25,7 @@ def main() -> None:
     add_model_arguments(parser)
     parser.add_argument("--params", nargs="+", required=True,
                         help=f"{paths.PARAMS} of every component")
-    parser.add_argument("--threads", type=int, default=2)
+    add_threads_argument(parser)
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per function")
     parser.add_argument("--token-lengths", type=int, nargs="+", metavar="TOKENS",
                         help="time the token components' buckets that serve these lengths "
@@ -36,8 +35,7 @@ def main() -> None:
     parser.add_argument("--out-json", required=True, help=paths.BENCH_COMPONENTS)
     parser.add_argument("--out-plot", required=True, help=paths.BENCH_COMPONENTS_PLOT)
     args = parser.parse_args()
-    if os.environ.get("TVM_NUM_THREADS") != str(args.threads):
-        parser.error(f"set TVM_NUM_THREADS={args.threads} (TVM reads it when it starts)")
+    check_threads(parser, args)
     if (args.token_lengths is None) != (args.frame_lengths is None):
         parser.error("give both --token-lengths and --frame-lengths, or neither (every library)")
     if any(n < 1 for n in (args.token_lengths or []) + (args.frame_lengths or [])):

@@ -7,6 +7,7 @@ import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.script_args import add_threads_argument, check_threads
 
 
 def main() -> None:
@@ -14,13 +15,16 @@ def main() -> None:
     parser.add_argument("--manifest", required=True, help=paths.MANIFEST)
     parser.add_argument("--params", nargs="+", required=True,
                         help=f"{paths.PARAMS} of the LSTM components")
+    add_threads_argument(parser)
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per library")
     parser.add_argument("--out-json", required=True, help=paths.BENCH_LSTM)
     parser.add_argument("--out-plot", required=True, help=paths.BENCH_LSTM_PLOT)
     args = parser.parse_args()
+    check_threads(parser, args)
     from kokoro_tvm.measure.bench_lstm import run
 
-    document = run(args.manifest, args.params, args.out_json, args.out_plot, args.repeats)
+    document = run(args.manifest, args.params, args.threads, args.out_json, args.out_plot,
+                   args.repeats)
     print(json.dumps(document, indent=1))
 
 

@@ -7,6 +7,7 @@ import sys
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.facts import COMPONENT_NAMES
+from kokoro_tvm.script_args import add_lstm_argument, add_target_options_argument
 from kokoro_tvm.stages.build import build
 from kokoro_tvm.stages.common import without_torch
 
@@ -17,16 +18,16 @@ def main() -> None:
     parser.add_argument("--params", required=True,
                         help=f"{paths.PARAMS} (hashed into the metadata)")
     parser.add_argument("--target", required=True, help="the target's name in config.yaml")
-    parser.add_argument("--target-options", required=True, help="TVM target in dict form, as JSON")
+    add_target_options_argument(parser)
     parser.add_argument("--component", required=True, choices=COMPONENT_NAMES)
-    parser.add_argument("--lstm", required=True)
+    add_lstm_argument(parser)
     parser.add_argument("--bucket", required=True, type=int)
     parser.add_argument("--out", required=True, help=paths.LIBRARY)
     parser.add_argument("--out-meta", required=True, help=paths.LIBRARY_META)
     args = parser.parse_args()
     without_torch()
     dims = {"component": args.component, "lstm": args.lstm, "bucket": args.bucket}
-    meta = build(args.lowered, args.params, args.target, json.loads(args.target_options),
+    meta = build(args.lowered, args.params, args.target, args.target_options,
                  dims, args.out, args.out_meta)
     print(json.dumps(meta, indent=1))
 

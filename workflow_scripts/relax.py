@@ -6,13 +6,14 @@ import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.script_args import add_lstm_argument
 from kokoro_tvm.stages.relax import relax
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--exported", required=True, help=paths.EXPORT)
-    parser.add_argument("--lstm", required=True, help="LSTM lowering method (none without LSTMs)")
+    add_lstm_argument(parser)
     parser.add_argument("--out", required=True, help=paths.RELAX)
     args = parser.parse_args()
     print(json.dumps(relax(args.exported, args.lstm, args.out)))

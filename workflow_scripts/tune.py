@@ -6,6 +6,7 @@ import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.script_args import add_target_options_argument
 from kokoro_tvm.stages.common import without_torch
 from kokoro_tvm.stages.tune import tune
 
@@ -14,9 +15,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--relax", required=True,
                         help=paths.RELAX)
-    parser.add_argument("--target-options", required=True,
-                        help='TVM target in dict form, as JSON, e.g. '
-                             '{"kind": "llvm", "mcpu": "host"}')
+    add_target_options_argument(parser)
     parser.add_argument("--max-trials", type=int, required=True, help="measured candidates in all")
     parser.add_argument("--trials-per-task", type=int, required=True,
                         help="measured candidates per kernel at most")
@@ -26,7 +25,7 @@ def main() -> None:
                         help=f"{paths.TUNE} (a folder)")
     args = parser.parse_args()
     without_torch()
-    figures = tune(args.relax, json.loads(args.target_options), args.max_trials,
+    figures = tune(args.relax, args.target_options, args.max_trials,
                    args.trials_per_task, args.out, args.threads)
     print(json.dumps(figures))
 

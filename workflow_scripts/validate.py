@@ -7,6 +7,7 @@ import sys
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.facts import COMPONENT_NAMES
+from kokoro_tvm.script_args import add_lstm_argument, add_target_options_argument
 from kokoro_tvm.stages.common import without_torch
 from kokoro_tvm.stages.validate import validate
 
@@ -15,19 +16,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, epilog="TVM's threads come from TVM_NUM_THREADS (all cores unset).")
     parser.add_argument("--component", required=True, choices=COMPONENT_NAMES)
-    parser.add_argument("--lstm", required=True, help="the library's LSTM method (none, tir, ...)")
+    add_lstm_argument(parser)
     parser.add_argument("--bucket", required=True, type=int)
     parser.add_argument("--library", required=True, help=paths.LIBRARY)
     parser.add_argument("--params", required=True, help=paths.PARAMS)
     parser.add_argument("--reference", required=True,
                         help=paths.EXPORT_REFERENCE)
-    parser.add_argument("--target-options", default='{"kind": "llvm"}',
-                        help="the library's TVM target in dict form, as JSON (where it runs)")
+    add_target_options_argument(parser)
     parser.add_argument("--out", required=True, help=paths.VALIDATION)
     args = parser.parse_args()
     without_torch()
     report = validate(args.component, args.lstm, args.bucket, args.library, args.params,
-                      args.reference, args.out, json.loads(args.target_options))
+                      args.reference, args.out, args.target_options)
     print(json.dumps(report, indent=1))
 
 

@@ -19,9 +19,9 @@ import numpy as np
 from kokoro_tvm import paths
 from kokoro_tvm.atomic import atomic_path, write_json
 from kokoro_tvm.errors import UserError
-from kokoro_tvm.facts import STYLE_DIM
+from kokoro_tvm.facts import MAX_TOKENS, STYLE_DIM
 
-VOICE_SHAPE = (510, 1, 2 * STYLE_DIM)
+VOICE_SHAPE = (MAX_TOKENS, 1, 2 * STYLE_DIM)
 # What a voices folder (`voices.source: path`) may hold, in the order they are looked for.
 VOICE_FILE_SUFFIXES = (".npy", ".bin", ".pt")
 

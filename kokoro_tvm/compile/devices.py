@@ -7,15 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# LLVM triple architecture -> the name Python's platform.machine() gives on such a machine.
-_MACHINES = {"x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
-
-
-def host_machine() -> str:
-    """This machine's architecture as platform.machine() names it (x86_64, aarch64)."""
-    import platform
-
-    return _MACHINES.get(platform.machine(), platform.machine())
+from kokoro_tvm.abi import host_machine, machine_name
+from kokoro_tvm.facts import LSTM_METHOD_NAMES
 
 
 def device_kind(options: dict[str, Any]) -> str:
@@ -23,10 +16,14 @@ def device_kind(options: dict[str, Any]) -> str:
     return "cuda" if options["kind"] == "cuda" else "cpu"
 
 
+# What a target may compute the generator's convolutions in, the default first.
+PRECISIONS = ("float32", "int8")
+
+
 def precision(options: dict[str, Any]) -> str:
     """What a target computes the generator's convolutions in: ``float32`` unless its options
     say ``precision: int8`` (compile/quantize.py)."""
-    return str(options.get("precision", "float32"))
+    return str(options.get("precision", PRECISIONS[0]))
 
 
 # int8 covers decoder buckets up to this many frames: its waveform's log-mel L1 against PyTorch
@@ -55,8 +52,7 @@ def architecture(options: dict[str, Any]) -> str:
     triple = options.get("mtriple")
     if not triple:
         return host_machine()
-    arch = triple.split("-")[0]
-    return _MACHINES.get(arch, arch)
+    return machine_name(triple.split("-")[0])
 
 
 def is_cross(options: dict[str, Any]) -> bool:
@@ -84,11 +80,12 @@ def cannot_run_reason(options: dict[str, Any]) -> str | None:
     return None
 
 
-# LSTM lowerings each device can compile, preferred first. tir and tir_vec are hand-written CPU
+# LSTM lowerings each device can compile, fastest first. tir and tir_vec are hand-written CPU
 # TIR (a scalar or vectorised loop over time, threads per direction); GPU targets swap tir_vec's
 # kernel for a GPU one when lowering (compile/gpu_lstm.py), the scalar tir has none; unroll is
 # plain Relax ops, which dlight schedules like any other, but its IR grows with the bucket.
-DEVICE_LSTM_METHODS = {"cpu": ("unroll", "tir", "tir_vec"), "cuda": ("tir_vec", "unroll")}
+DEVICE_LSTM_METHODS = {"cpu": LSTM_METHOD_NAMES,
+                       "cuda": tuple(m for m in LSTM_METHOD_NAMES if m != "tir")}
 
 
 def lstm_methods_for(options: dict[str, Any], configured: list[str]) -> list[str]:

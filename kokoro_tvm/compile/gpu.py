@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
+from pathlib import Path
 from typing import Iterator
+
+from kokoro_tvm.runtime.cuda import CudaError, cuda_device, find_nvcc
 
 
 def cuda_available() -> bool:
     """Whether TVM sees a CUDA device here (False without a driver or GPU)."""
     try:
-        import tvm
-
-        return bool(tvm.cuda(0).exist)
-    except Exception:  # no libcuda, no runtime_cuda: no device
+        cuda_device()
+    except CudaError:
         return False
+    return True
 
 
 @contextlib.contextmanager
@@ -32,10 +33,13 @@ def nvcc_compile() -> Iterator[None]:
     """TVM compiles CUDA kernels with nvcc (fatbin) instead of NVRTC, which needs the
     cuda-bindings package, and without --use_fast_math, whose approximate division, exp and
     log TVM would otherwise apply (kokoro_tvm/runtime/cuda.py compiles at load the same way)."""
-    nvcc = shutil.which("nvcc")
+    nvcc = find_nvcc()
     if nvcc is None:
-        raise FileNotFoundError("building a cuda target needs nvcc (the CUDA toolkit) on PATH")
-    settings = {"TVM_CUDA_COMPILE_MODE": "nvcc", "TVM_CUDA_NVCC_NO_FAST_MATH": "1"}
+        raise FileNotFoundError("building a cuda target needs nvcc (the CUDA toolkit) on PATH "
+                                "or under /usr/local/cuda*")
+    # TVM runs "nvcc" from PATH.
+    path = os.pathsep.join([str(Path(nvcc).parent), os.environ.get("PATH", "")])
+    settings = {"TVM_CUDA_COMPILE_MODE": "nvcc", "TVM_CUDA_NVCC_NO_FAST_MATH": "1", "PATH": path}
     previous = {name: os.environ.get(name) for name in settings}
     os.environ.update(settings)
     try:

@@ -30,7 +30,7 @@ from tvm.s_tir.dlight.gpu.matmul import (
     auto_inline_producers,
 )
 
-from kokoro_tvm.compile.schedules.common import root_blocks
+from kokoro_tvm.compile.schedules.common import divisor_at_most, root_blocks
 from kokoro_tvm.compile.schedules.contraction import find_contraction
 from kokoro_tvm.compile.schedules.conv1d import conv1d_legalization
 from kokoro_tvm.compile.schedules.conv_transpose import conv1d_transpose_legalization
@@ -69,10 +69,6 @@ LEGALIZATIONS = {
     "relax.nn.conv1d": conv1d_legalization(_whole_tiles),
     "relax.nn.conv1d_transpose": conv1d_transpose_legalization(_unpadded),
 }
-
-
-def _divisor_at_most(n: int, limit: int) -> int:
-    return max(d for d in range(1, min(n, limit) + 1) if n % d == 0)
 
 
 def schedule_contraction(func: tvm.tirx.PrimFunc) -> s_tir.Schedule | None:
@@ -114,8 +110,8 @@ def _schedule(func: tvm.tirx.PrimFunc, tile: Tile, channels: int
     outer = [lp for lp in spatial if lp not in (row, vec)]
     rows = int(sch.get(row).extent)
     # Row tiles divide the rows, so that the weight tile never runs past the weight.
-    row_micro = _divisor_at_most(rows, tile.row_micro)
-    thread_rows = _divisor_at_most(rows // row_micro, tile.thread_rows)
+    row_micro = divisor_at_most(rows, tile.row_micro)
+    thread_rows = divisor_at_most(rows // row_micro, tile.thread_rows)
 
     row_o, ty, ri = sch.split(row, [None, thread_rows, row_micro])
     vec_o, vx, tx, vi = sch.split(vec, [None, tile.vthreads, tile.thread_cols, tile.col_micro])

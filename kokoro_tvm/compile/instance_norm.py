@@ -2,16 +2,14 @@
 
 ``torch.ops.kokoro_tvm.masked_instance_norm(x, valid, eps)`` (model/masked_norm.py) reaches
 the importer as one node; this converter emits it as a single TE function instead of TVM's
-eight Relax ops. Those ops became four kernels per AdaIN (mask, mean and subtract, square,
-variance and normalise), each a pass over the whole tensor: at 256 frames the generator's last
-stage holds 128 x 30,721 floats, and its 22 AdaINs spent 13 ms each on nine passes over memory.
+eight Relax ops, which became four kernels per AdaIN, each a pass over the whole tensor.
 
 The function's statistics blocks are *row statistics* (compile/row_reduction.py): each row
 (batch, channel) reads only its own row of ``x``, so the schedule computes them inside the
 output's row loop and a row is read from memory once, its second and third reads coming from
-cache. Each sum accumulates in float64 (as schedules/reduction.py, for the same reason: up to
-600 samples per frame) over interleaved partial sums, which the schedule turns into vector
-lanes, then a scalar tail.
+cache. Each sum accumulates in float64 (a row is SAMPLES_PER_FRAME values per frame;
+docs/decisions.md, Fidelity) over interleaved partial sums, which the schedule turns into
+vector lanes, then a scalar tail.
 """
 from __future__ import annotations
 

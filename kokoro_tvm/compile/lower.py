@@ -10,16 +10,17 @@ grows with the bucket may become a constant, because constants are embedded in a
 to hold code only. The decoder's interpolations and upsampling index with ``arange`` over the
 audio samples; TVM legalizes a constant-bounded ``arange`` into a numpy table and
 ``FoldConstant`` then evaluates the index arithmetic on it, leaving int64/float32 tables as long
-as the audio in the library (365 KB at F=16 on the tiny model, i.e. about 57 MB at F=2500). So
-``arange`` is legalized to a kernel and ``FoldConstant`` is skipped. Computing the indices at
-run time costs nothing measurable (decoder body F=16: 6.1 s either way; convolutions dominate).
+as the audio in the library (tens of MB at the largest buckets). So ``arange`` is legalized
+to a kernel and ``FoldConstant`` is skipped; computing the indices at run time costs nothing
+measurable (docs/decisions.md, TVM 0.27).
 
 Weight transforms: whatever a function computes from weights alone (transposes, weight norm,
 the matmul weight panels of our legalization) is lifted into a companion function
 ``{name}_transform_params`` right after legalization (TVM's LiftTransformParams, after
 common-subexpression elimination so that ALBERT's twelve uses of one shared layer prepare its
-weights once). The runtime calls it once per library (``runtime/library.py``). Left in place,
-bert transposed its Linear weights on every call: 80% of its time at 32 tokens.
+weights once). The runtime calls it once per library (``runtime/library.py``); left in place,
+bert transposed its Linear weights on every call, most of its time (docs/decisions.md, TVM
+0.27).
 
 Schedules: TVM 0.27 applies none on CPU (every conv and matmul a naive loop). Our own
 (``kokoro_tvm.compile.schedules``) come in twice: their legalizations of conv1d,

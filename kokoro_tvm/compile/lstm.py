@@ -44,8 +44,10 @@ CONVERTER_KEY = converter_key(PACKED_LSTM)
 
 # The name prefix of tir_vec's recurrence kernels (GPU targets swap them: compile/gpu_lstm.py).
 VEC_KERNEL_PREFIX = "packed_lstm_recurrence_vec_"
-# Gate accumulators per chunk in the vectorised recurrence, in vectors: 8 of 32 AVX-512 (or
-# NEON) registers leave room for the weight vectors and the broadcast of h[k].
+# Gate accumulators per chunk in the vectorised recurrence, in vectors of up to 16 floats: 8 of
+# AVX-512's 32 registers, leaving room for the weight vectors and the broadcast of h[k]. The
+# kernel is written at import, before the target is known, so it is sized for AVX-512; LLVM
+# splits each vector on narrower targets (on AVX2 or NEON the accumulators then spill).
 CHUNK_VECTORS = 8
 
 

@@ -29,6 +29,7 @@ from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 from tvm.target import codegen
 
+from kokoro_tvm.compile.schedules.common import round_up
 from kokoro_tvm.compile.schedules.contraction import annotation, vec_multiple
 from kokoro_tvm.compile.schedules.conv1d import static_float32_ncw
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
@@ -289,7 +290,7 @@ class _Quantizer(relax.PyExprMutator):
         left, right = int(call.attrs.padding[0]), int(call.attrs.padding[1])
         out_len = length + left + right - dilation * (kernel - 1)
         multiple = vec_multiple(cpu_facts(self.target), out, out_len)
-        padded = -(-out_len // multiple) * multiple
+        padded = round_up(out_len, multiple)
         span = padded + dilation * (kernel - 1)
         c = int(x.ty.shape[1])
         shape = f"c{c}_t{length}"

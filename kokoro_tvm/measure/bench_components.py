@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
-from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from kokoro_tvm import paths
-from kokoro_tvm.atomic import atomic_path, write_json
+from kokoro_tvm.atomic import write_json
+from kokoro_tvm.measure.figures import pyplot, save_png
+from kokoro_tvm.measure.manifest_libraries import read_manifest, with_files
 from kokoro_tvm.model.components import COMPONENTS, method, run_reference
 from kokoro_tvm.model.patches import patched
 from kokoro_tvm.paths import PathLike
+from kokoro_tvm.runtime.bare import call_ms
 from kokoro_tvm.runtime.library import Library, Weights
 
 PEAK_MATMUL_SIZE = 2048
@@ -41,8 +41,6 @@ def _interleaved_ms(first: Callable[[], object], second: Callable[[], object],
                     repeats: int) -> tuple[float, float]:
     """Median milliseconds of two calls timed in turns, each timed call right after an untimed
     one of the same (module docstring)."""
-    from kokoro_tvm.runtime.bare import call_ms
-
     times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeats):
         for call, out in ((first, times[0]), (second, times[1])):
@@ -64,15 +62,8 @@ def practical_peak_gflops(threads: int, repeats: int = 5) -> float:
     torch.set_num_threads(threads)
     a = torch.randn(PEAK_MATMUL_SIZE, PEAK_MATMUL_SIZE)
     b = torch.randn(PEAK_MATMUL_SIZE, PEAK_MATMUL_SIZE)
-    torch.mm(a, b)
-    best = min(_timed(lambda: torch.mm(a, b)) for _ in range(repeats))
-    return 2 * PEAK_MATMUL_SIZE ** 3 / best / 1e9
-
-
-def _timed(call: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    call()
-    return time.perf_counter() - start
+    best_ms = min(call_ms(lambda: torch.mm(a, b), lambda: None, repeats))
+    return 2 * PEAK_MATMUL_SIZE ** 3 / best_ms / 1e6
 
 
 def bench_library(kmodel, entry: dict[str, Any], library_path: PathLike, params: PathLike,
@@ -133,18 +124,12 @@ def benchmark(manifest: PathLike, checkpoint: PathLike, model_config: PathLike,
     from kokoro_tvm.model.kmodel import load_kmodel
 
     torch.set_num_threads(threads)
-    document = json.loads(Path(manifest).read_text())
-    params_of = {Path(p).stem: Path(p) for p in params}
-    root = paths.work_folder(manifest)
+    document = read_manifest(manifest)
     kmodel = load_kmodel(model_config, checkpoint, disable_complex=True)
     rows = []
-    for entry in sorted(selected_libraries(document["libraries"], lengths),
-                        key=lambda e: (e["component"], e["lstm"], e["bucket"])):
-        if entry["component"] not in params_of:
-            raise ValueError(f"no params file given for {entry['component']}")
-        library = Path(entry["library"])
-        rows += bench_library(kmodel, entry, library if library.is_absolute() else root / library,
-                              params_of[entry["component"]], repeats)
+    for entry, library, weights in with_files(
+            manifest, selected_libraries(document["libraries"], lengths), params):
+        rows += bench_library(kmodel, entry, library, weights, repeats)
     peaks = {"practical_peak_gflops": round(practical_peak_gflops(threads), 1),
              "fma_peak_gflops": cpu_fma_peak(document["libraries"])}
     for row in rows:
@@ -178,10 +163,7 @@ def shares_of_peaks(gflops: float, peaks: dict[str, float | None]) -> dict[str, 
 
 def plot(document: dict[str, Any], out: PathLike) -> None:
     """TVM/PyTorch time ratio against the bucket, one line per component function and method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 5))
     series: dict[str, list[dict]] = {}
@@ -198,10 +180,7 @@ def plot(document: dict[str, Any], out: PathLike) -> None:
     ax.set_title(f"{document['target']}, {document['threads']} threads")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
+    save_png(fig, out)
 
 
 def run(manifest: PathLike, checkpoint: PathLike, model_config: PathLike,

@@ -4,8 +4,8 @@ Each engine lives in its own child process (same sentences, same thread count), 
 peak memory is its own. The children load and warm up one after another (one run over the
 sentences: every library needed is loaded and its weights prepared), then measure in rounds,
 taking turns: round 1 TVM, PyTorch, onnxruntime, round 2 the same, ... so that a change in the
-machine's load or clock during the run hits every engine alike (one pass per engine, one after
-the other, moved PyTorch's RTF by 13% between two runs). Reported per engine: real-time factor
+machine's load or clock during the run hits every engine alike (docs/decisions.md, Timing in
+turns). Reported per engine: real-time factor
 (synthesis seconds / audio seconds over all sentences), median over the rounds with every
 round's value; first-audio latency (text in -> first sentence's audio out, streaming a
 long paragraph, PARAGRAPH), median over the rounds; load seconds, peak RSS and whether PyTorch was
@@ -243,12 +243,9 @@ def benchmark(root: str | Path, target: str = "llvm", threads: int = 2, voice: s
 
 def plot(figures: dict[str, Any], dest: str | Path) -> None:
     """A bar chart of real-time factors (lower is faster)."""
-    import matplotlib
+    from kokoro_tvm.measure.figures import pyplot, save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from kokoro_tvm.atomic import atomic_path
+    plt = pyplot()
 
     names = [r["engine"] for r in figures["engines"]]
     rtfs = [r["rtf"] for r in figures["engines"]]
@@ -256,10 +253,7 @@ def plot(figures: dict[str, Any], dest: str | Path) -> None:
     ax.bar(names, rtfs, color=["tab:blue", "tab:orange", "tab:green"][:len(names)])
     ax.set_ylabel("real-time factor (lower is faster)")
     ax.set_title(f"Kokoro-82M, {figures['threads']} threads, target {figures['target']}")
-    fig.tight_layout()
-    with atomic_path(dest) as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
+    save_png(fig, dest)
 
 
 def run(root: str | Path, target: str, threads: int, voice: str, engines: list[str],

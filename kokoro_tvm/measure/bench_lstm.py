@@ -10,15 +10,15 @@ against the bucket, one line per method, one column per component).
 """
 from __future__ import annotations
 
-import json
 import statistics
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from kokoro_tvm import paths
-from kokoro_tvm.atomic import atomic_path, write_json
+from kokoro_tvm.atomic import write_json
+from kokoro_tvm.measure.figures import pyplot, save_png
+from kokoro_tvm.measure.manifest_libraries import read_manifest, with_files
 from kokoro_tvm.paths import PathLike
 
 
@@ -50,21 +50,12 @@ def time_library(library: PathLike, params: PathLike, function: str,
 def benchmark(manifest: PathLike, params: list[PathLike], repeats: int = 5
               ) -> dict[str, Any]:
     """Every LSTM library (lstm != none) of the manifest, timed; compile figures from its meta."""
-    document = json.loads(Path(manifest).read_text())
-    params_of = {Path(p).stem: Path(p) for p in params}
-    root = paths.work_folder(manifest)
+    document = read_manifest(manifest)
+    lstm_libraries = [e for e in document["libraries"] if e["lstm"] != paths.WITHOUT_LSTM]
     entries = []
-    for lib in sorted(document["libraries"],
-                      key=lambda e: (e["component"], e["lstm"], e["bucket"])):
-        if lib["lstm"] == paths.WITHOUT_LSTM:
-            continue
-        if lib["component"] not in params_of:
-            raise ValueError(f"no params file given for {lib['component']}")
-        library = Path(lib["library"])
-        library = library if library.is_absolute() else root / library
+    for lib, library, weights in with_files(manifest, lstm_libraries, params):
         function = sorted(lib["functions"])[0]
-        timing = time_library(library, params_of[lib["component"]], function,
-                              lib["functions"][function], repeats)
+        timing = time_library(library, weights, function, lib["functions"][function], repeats)
         entries.append({key: lib[key] for key in ("component", "lstm", "bucket", "ir_lines",
                                                    "import_seconds", "build_seconds")}
                        | {"library": lib["library"], "function": function} | timing)
@@ -73,10 +64,7 @@ def benchmark(manifest: PathLike, params: list[PathLike], repeats: int = 5
 
 def plot(document: dict[str, Any], out: PathLike) -> None:
     """Latency (top) and IR lines (bottom) against the bucket, per component and method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     components = sorted({e["component"] for e in document["entries"]}) or ["(none)"]
     fig, axes = plt.subplots(2, len(components), figsize=(4.5 * len(components), 7),
@@ -99,17 +87,14 @@ def plot(document: dict[str, Any], out: PathLike) -> None:
             ax.grid(True, which="both", alpha=0.3)
             if mine:
                 ax.legend()
-    fig.tight_layout()
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
+    save_png(fig, out)
 
 
-def run(manifest: PathLike, params: list[PathLike], out_json: PathLike, out_plot: PathLike,
-        repeats: int = 5) -> dict[str, Any]:
-    """results/bench/lstm/{target}.json and .png."""
+def run(manifest: PathLike, params: list[PathLike], threads: int, out_json: PathLike,
+        out_plot: PathLike, repeats: int = 5) -> dict[str, Any]:
+    """results/bench/lstm/{target}.json and .png; ``threads``: TVM's (TVM_NUM_THREADS)."""
     document = benchmark(manifest, params, repeats)
-    document["repeats"] = repeats
+    document.update(threads=threads, repeats=repeats)
     write_json(out_json, document)
     plot(document, out_plot)
     return document

@@ -3,18 +3,15 @@ PyTorch with the same SineGen noise draws, their log-mel spectrograms and the di
 the SNR."""
 from __future__ import annotations
 
-from kokoro_tvm.atomic import atomic_path
 from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.measure.figures import pyplot, save_png
 from kokoro_tvm.paths import PathLike
 
 
 def spectrogram_comparison(root: PathLike, target: str, sentence: str, voice: str,
                            out: PathLike, seed: int = 0) -> dict[str, float]:
     """TVM and PyTorch speaking ``sentence`` with the same noise: a three-panel PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from kokoro_tvm import paths
     from kokoro_tvm.measure.metrics import log_mel, snr_db
@@ -47,8 +44,5 @@ def spectrogram_comparison(root: PathLike, target: str, sentence: str, voice: st
         fig.colorbar(shown, ax=ax)
     axes[2].set_xlabel("frame")
     fig.suptitle(f"{sentence!r} ({voice}): waveform SNR {figures['snr_db']} dB")
-    fig.tight_layout()
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, format="png", dpi=90)
-    plt.close(fig)
+    save_png(fig, out, dpi=90)
     return figures

@@ -38,10 +38,16 @@ def kernel_file(code: str) -> str:
     return hashlib.sha256(code.encode()).hexdigest() + ".fatbin"
 
 
+def find_nvcc() -> str | None:
+    """nvcc on PATH, or in a CUDA toolkit's usual place (/usr/local/cuda*), or None."""
+    found = shutil.which("nvcc") or next(iter(sorted(Path("/usr/local").glob("cuda*/bin/nvcc"))),
+                                         None)
+    return None if found is None else str(found)
+
+
 def compile_fatbin(code: str, arch: str) -> bytes:
     """``code`` (CUDA C from a TVM library) compiled by nvcc for ``arch`` (e.g. ``sm_90``)."""
-    nvcc = shutil.which("nvcc") or next(iter(sorted(Path("/usr/local").glob("cuda*/bin/nvcc"))),
-                                        None)
+    nvcc = find_nvcc()
     if nvcc is None:
         raise CudaError("compiling the CUDA kernels of a cuda library needs nvcc (the CUDA "
                         "toolkit) on PATH, or a kernels folder holding them compiled (as the "
@@ -49,7 +55,7 @@ def compile_fatbin(code: str, arch: str) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         source, out = Path(tmp) / "kernels.cu", Path(tmp) / "kernels.fatbin"
         source.write_text(code)
-        done = subprocess.run([str(nvcc), "--fatbin", "-arch", arch, *NVCC_FLAGS, "-o", str(out),
+        done = subprocess.run([nvcc, "--fatbin", "-arch", arch, *NVCC_FLAGS, "-o", str(out),
                                str(source)], capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"nvcc failed on a library's kernels:\n{done.stderr[-4000:]}")

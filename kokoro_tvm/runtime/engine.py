@@ -3,10 +3,10 @@
 For one chunk of T tokens the engine picks, per component, the smallest bucket that fits, pads
 with zeros and masks, runs bert -> duration -> (host: durations, alignment) -> text_encoder ->
 f0n (``prosody``) -> decoder (``decode``, also on the first frames alone: a stream's lead),
-and trims the audio to 600 samples per valid frame. Libraries and weights come from a model
-folder (runtime/model_folder.py), each file checked against its sha256 when first used. They run
-on the device the folder's manifest names (the CPU, or the first CUDA GPU, where each
-component's weights are uploaded and prepared once).
+and trims the audio to SAMPLES_PER_FRAME samples per valid frame. Libraries and weights come
+from a model folder (runtime/model_folder.py), each file checked against its sha256 when first
+used. They run on the device the folder's manifest names (the CPU, or the first CUDA GPU, where
+each component's weights are uploaded and prepared once).
 """
 from __future__ import annotations
 
@@ -20,16 +20,17 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from kokoro_tvm import paths
-from kokoro_tvm.facts import COMPONENT_NAMES, HARMONICS, SAMPLES_PER_FRAME, STYLE_DIM
+from kokoro_tvm.facts import (
+    COMPONENT_NAMES,
+    HARMONICS,
+    LSTM_METHOD_NAMES,
+    SAMPLES_PER_FRAME,
+    STYLE_DIM,
+)
 from kokoro_tvm.runtime import cuda
 from kokoro_tvm.runtime.library import Library, Weights
 from kokoro_tvm.runtime.model_folder import ModelFolder, ModelFolderError, build_command
 from kokoro_tvm.runtime.speech import ChunkTooLong
-
-# Preferred LSTM lowering when a folder has several, fastest first (bench_lstm, real sizes:
-# tir_vec runs 5-22x faster than tir, and duration's LSTMs at 512 tokens in 39 ms against 72 ms
-# unrolled, which is also by far the slowest to build).
-LSTM_PREFERENCE = ("tir_vec", "tir", "unroll")
 
 
 class BucketMissing(ChunkTooLong, ModelFolderError):
@@ -103,7 +104,7 @@ def load_components(folder: ModelFolder, lstm: str | None,
     components = {}
     for component, methods in by_component.items():
         choice = lstm if lstm in methods else next(
-            (m for m in (*LSTM_PREFERENCE, paths.WITHOUT_LSTM) if m in methods),
+            (m for m in (*LSTM_METHOD_NAMES, paths.WITHOUT_LSTM) if m in methods),
             sorted(methods)[0])
         chosen = methods[choice]
         params = folder.file(next(iter(chosen.values()))["params"])
@@ -113,8 +114,8 @@ def load_components(folder: ModelFolder, lstm: str | None,
 
 def _padded(values: np.ndarray, size: int, axis: int = -1) -> np.ndarray:
     """``values`` zero-padded along ``axis`` to ``size``."""
-    # zeros and a copy: np.pad took 135-200 ms on the 44 MB of SineGen noise of a 45 s
-    # sentence, this 9 ms once the allocator has the pages.
+    # zeros and a copy: over ten times faster than np.pad on a long sentence's SineGen noise
+    # (docs/decisions.md, CUDA speed).
     shape = list(values.shape)
     shape[axis] = size
     out = np.zeros(shape, values.dtype)

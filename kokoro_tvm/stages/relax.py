@@ -1,4 +1,4 @@
-"""Import: an exported component into Relax, with one LSTM lowering method."""
+"""Relax: an exported component imported into TVM Relax, with one LSTM lowering method."""
 from __future__ import annotations
 
 import time

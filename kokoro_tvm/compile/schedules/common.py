@@ -10,6 +10,21 @@ from tvm import relax, s_tir, tirx
 MIN_PARTITIONED_CHUNKS = 8
 
 
+def ceil_div(n: int, d: int) -> int:
+    return -(-n // d)
+
+
+def round_up(n: int, multiple: int) -> int:
+    """The least multiple of ``multiple`` that is at least ``n`` (an axis padded to whole
+    tiles)."""
+    return ceil_div(n, multiple) * multiple
+
+
+def divisor_at_most(n: int, limit: int) -> int:
+    """The largest divisor of ``n`` that is at most ``limit`` (1 if ``limit`` < 1)."""
+    return max((d for d in range(1, min(n, limit) + 1) if n % d == 0), default=1)
+
+
 def tvm_legalization(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     """TVM's own legalization of ``call``: the fall-back of ours for cases they do not cover."""
     return tvm.ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)

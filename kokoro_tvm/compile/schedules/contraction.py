@@ -22,7 +22,13 @@ import json
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from kokoro_tvm.compile.schedules.common import loop_extent, root_blocks, vectorize_innermost
+from kokoro_tvm.compile.schedules.common import (
+    ceil_div,
+    divisor_at_most,
+    loop_extent,
+    root_blocks,
+    vectorize_innermost,
+)
 from kokoro_tvm.compile.schedules.cpu import CpuFacts, cpu_facts
 from kokoro_tvm.compile.schedules.elementwise import (
     PARALLEL_CHUNKS,
@@ -44,9 +50,9 @@ def register_tile(facts: CpuFacts, rows: int, vec_extent: int) -> tuple[int, int
     """
     lanes = facts.lanes()
     best = (1, 1)
-    for vectors in range(1, min(MAX_VECTORS, -(-vec_extent // lanes)) + 1):
+    for vectors in range(1, min(MAX_VECTORS, ceil_div(vec_extent, lanes)) + 1):
         budget = (facts.registers - vectors - 1) // vectors
-        r = max((d for d in range(1, min(rows, budget) + 1) if rows % d == 0), default=1)
+        r = divisor_at_most(rows, budget)
         if (r * vectors, vectors) > (best[0] * best[1], best[1]):
             best = (r, vectors)
     return best

@@ -14,7 +14,7 @@ from typing import Callable
 import tvm
 from tvm import relax, te, tirx
 
-from kokoro_tvm.compile.schedules.common import static_shapes, tvm_legalization
+from kokoro_tvm.compile.schedules.common import round_up, static_shapes, tvm_legalization
 from kokoro_tvm.compile.schedules.contraction import annotation, vec_multiple
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
 
@@ -38,7 +38,7 @@ def conv1d_compute(x: te.Tensor, w: te.Tensor, stride: int, padding: tuple[int, 
     c_out, c_group, kernel = (int(d) for d in w.shape)
     left = padding[0]
     out_len = output_length(length, kernel, stride, padding, dilation)
-    padded = -(-out_len // multiple) * multiple
+    padded = round_up(out_len, multiple)
     span = (padded - 1) * stride + dilation * (kernel - 1) + 1
     per_group = c_out // groups
     xpad = te.compute(

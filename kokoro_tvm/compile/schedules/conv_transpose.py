@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from tvm import relax, te, tirx
 
-from kokoro_tvm.compile.schedules.common import tvm_legalization
+from kokoro_tvm.compile.schedules.common import ceil_div, round_up, tvm_legalization
 from kokoro_tvm.compile.schedules.contraction import annotation
 from kokoro_tvm.compile.schedules.conv1d import (
     TimeMultiple,
@@ -36,7 +36,7 @@ def phase_weights(w: te.Tensor, stride: int, left: int, groups: int) -> te.Tenso
     """``wpoly[r, c, i, j]``: the IOW weight regrouped by output phase ``r``."""
     c_in, c_group_out, kernel = (int(d) for d in w.shape)
     c_out, c_group_in = c_group_out * groups, c_in // groups
-    taps = -(-kernel // stride)
+    taps = ceil_div(kernel, stride)
     return te.compute(
         (stride, c_out, c_group_in, taps),
         lambda r, c, i, j: tirx.if_then_else(
@@ -54,7 +54,7 @@ def conv1d_transpose_compute(x: te.Tensor, wpoly: te.Tensor, kernel: int,
     c_group_out = c_out // groups
     out_len = transposed_length(length, kernel, stride, padding, output_padding)
     left = padding[0]
-    padded = -(-(-(-out_len // stride)) // multiple) * multiple
+    padded = round_up(ceil_div(out_len, stride), multiple)
     max_shift = (stride - 1 + left) // stride
     zero = tirx.const(0, x.dtype)
     xpad = te.compute(
@@ -94,7 +94,7 @@ def conv1d_transpose_legalization(time_multiple: TimeMultiple):
                                    primfunc_name_hint="phase_weights"))
         return bb.call_te(conv1d_transpose_compute, x, wpoly, kernel, padding, output_padding,
                           groups, time_multiple(int(w.ty.shape[1]) * groups,
-                                                -(-out_len // stride)),
+                                                ceil_div(out_len, stride)),
                           primfunc_name_hint="conv1d_transpose")
 
     return legalize_conv1d_transpose

@@ -13,7 +13,12 @@ from __future__ import annotations
 import tvm
 from tvm import relax, te, tirx
 
-from kokoro_tvm.compile.schedules.common import static_shapes, tvm_legalization
+from kokoro_tvm.compile.schedules.common import (
+    ceil_div,
+    round_up,
+    static_shapes,
+    tvm_legalization,
+)
 from kokoro_tvm.compile.schedules.contraction import annotation, vec_multiple
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
 
@@ -23,7 +28,7 @@ def _pack_weight(b: te.Tensor, tile: int) -> te.Tensor:
     for every k in one contiguous stream. ``b`` is a weight (or a transform of one), so the
     lower stage lifts this into the library's weight transform: it runs once, not per call."""
     depth, cols = (int(d) for d in b.shape)
-    panels = -(-cols // tile)
+    panels = ceil_div(cols, tile)
 
     def packed(p, k, j):
         n = p * tile + j
@@ -49,7 +54,7 @@ def matmul_compute(a: te.Tensor, b: te.Tensor, cols: int, tile: int, panels: boo
     ``a``; the vec axis (N) padded to whole tiles, then cropped to ``cols``."""
     *batch, rows, depth = (int(d) for d in a.shape)
     nb = len(batch)
-    padded = -(-cols // tile) * tile
+    padded = round_up(cols, tile)
     k = te.reduce_axis((0, depth), "k")
     if panels:
         def body(*i):

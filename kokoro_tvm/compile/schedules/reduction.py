@@ -1,12 +1,12 @@
-"""Long float32 sums accumulated in float64 (the masked InstanceNorm statistics).
+"""Long float32 sums and means accumulated in float64.
 
 TVM's legalized ``sum``/``mean`` add the reduced elements one after another in the output's
-dtype, so float32 rounding grows with the count: the generator's AdaIN statistics reduce over
-up to 600 samples per frame, and at 1024 frames the decoder body's output was 3e-4 off PyTorch
-(whose reductions are blocked) against 2.6e-6 for PyTorch's own float32 run (both measured
-against float64). Accumulating in float64 costs little (these sums are memory-bound) and
-makes the error independent of the count. Short reductions (softmax, LayerNorm rows) keep
-TVM's legalization.
+dtype, so float32 rounding grows with the count. Reductions over at least ``LONG_REDUCTION``
+elements accumulate in float64 instead, which makes the error independent of the count; in the
+five components these are the weight norms of the generator's convolutions (in channels x taps,
+in the weight transform) and f0n's count of valid frames. Short reductions (LayerNorm rows)
+keep TVM's legalization. The masked InstanceNorm's statistics, the long sums this was first
+written for, are their own function (compile/instance_norm.py; docs/decisions.md, Fidelity).
 """
 from __future__ import annotations
 

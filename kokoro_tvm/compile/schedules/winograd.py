@@ -39,6 +39,7 @@ import numpy as np
 import tvm
 from tvm import relax, te, tirx
 
+from kokoro_tvm.compile.schedules.common import ceil_div, round_up
 from kokoro_tvm.compile.schedules.contraction import annotation, register_tile
 from kokoro_tvm.compile.schedules.conv1d import legalize_conv1d, output_length, static_float32_ncw
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
@@ -85,7 +86,7 @@ class Form:
         return np.linalg.inv(self._vandermonde(self.alpha)).T
 
     def chunks(self, kernel: int) -> int:
-        return -(-kernel // self.taps)
+        return ceil_div(kernel, self.taps)
 
 
 # Per kernel size: multiplications per output and channel pair, against the kernel's taps.
@@ -138,7 +139,7 @@ def winograd_compute(x: te.Tensor, w: te.Tensor, left: int, out_len: int, dilati
     chunks = form.chunks(kernel)
     m, alpha = form.outputs, form.alpha
     d, span = dilation, m * dilation
-    tiles = -(-(-(-out_len // span) * d) // multiple) * multiple
+    tiles = round_up(ceil_div(out_len, span) * d, multiple)
     transformed = tiles + (chunks - 1) * d
     reach = (alpha - 1) // m  # further tiles a window reaches into
 
@@ -200,6 +201,6 @@ def legalize_conv1d_winograd(bb: relax.BlockBuilder, call: relax.Call) -> relax.
     kernel, padding, dilation, out_len = _geometry(call)
     form = FORMS[kernel]
     facts = cpu_facts(tvm.target.Target.current(allow_none=False))
-    vectors = register_tile(facts, int(w.ty.shape[0]), -(-out_len // form.outputs))[1]
+    vectors = register_tile(facts, int(w.ty.shape[0]), ceil_div(out_len, form.outputs))[1]
     return bb.call_te(winograd_compute, x, w, padding[0], out_len, dilation,
                       vectors * facts.lanes(), primfunc_name_hint="conv1d_winograd")
