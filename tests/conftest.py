@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,11 @@ BIN = Path(sys.executable).parent
 # Targets this machine builds but cannot run (tests/test_targets.py, tests/test_gpu.py).
 OTHER_TARGETS = ["cuda", "aarch64"]
 
+# An utterance for the tiny build (tests/test_runtime.py, tests/test_runtime_only.py): token ids
+# that are 16 tokens with the pads, and the speed at which the random weights' ~25 frames a
+# token come to the 16 frames of the tiny config's one decoder bucket.
+TINY_IDS = [50, 83, 54, 156, 57, 43, 44, 45, 46, 47, 48, 50, 51, 52]
+TINY_SPEED = 40.0
 
 # Modules that start the shared builds (real_built, built), then the longest, in that order; the
 # rest keep pytest's order. A worker takes the next module when it finishes one: started first,
@@ -92,6 +98,28 @@ def run_snakemake(workdir: Path, *args: str, configfiles=(TINY,), check: bool = 
     return done
 
 
+def dry_run(workdir: Path, *args: str, snakefile: Path = REPO / "Snakefile",
+            configfiles=(TINY,)) -> list[dict]:
+    """The jobs `snakemake -n *args` in ``workdir`` would execute, in its order (empty: nothing
+    to do): each job's rule, output as printed, input paths and wildcards."""
+    done = run_snakemake(workdir, "-n", *args, snakefile=snakefile, configfiles=configfiles)
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", done.stdout + done.stderr):
+        rule = re.match(r"(?:local)?rule (\w+):", block)
+        if not rule:
+            continue
+        fields = {name: re.search(rf"\n\s+{name}: (.*)", block)
+                  for name in ("output", "input", "wildcards")}
+        jobs.append({
+            "rule": rule.group(1),
+            "output": fields["output"].group(1) if fields["output"] else "",
+            "inputs": {Path(p) for p in fields["input"].group(1).split(", ")}
+            if fields["input"] else set(),
+            "wildcards": dict(w.split("=", 1) for w in fields["wildcards"].group(1).split(", "))
+            if fields["wildcards"] else {}})
+    return jobs
+
+
 def workflow_lock(workflow: Path) -> FileLock:
     """Held by a test that edits the shared workflow copy (tests/test_pipeline.py) and by the
     session's builds with it, so that no build in the other worker reads an edit."""
@@ -116,6 +144,20 @@ def snakemake_once(tmp_path_factory, name: str, *args: str, workflow: Path | Non
         return str(folder)
 
     return Path(once(tmp_path_factory, name, make))
+
+
+def with_length(component: str, inputs: dict, length: int) -> dict:
+    """``inputs`` of ``component`` with its mask marking the first ``length`` positions of the
+    bucket valid and the rest padding (what they hold is left as it is)."""
+    import torch
+
+    from kokoro_tvm.components import COMPONENTS
+
+    spec = COMPONENTS[component]
+    mask = inputs[spec.mask_input]
+    padding = torch.arange(mask.shape[-1])[None, :] >= length
+    return dict(inputs, **{spec.mask_input: (~padding).to(mask.dtype) if spec.mask_marks_valid
+                           else padding})
 
 
 @pytest.fixture(scope="module")

@@ -118,11 +118,35 @@ def test_language_follows_the_voice_as_in_kokoro():
         g2p.language_of_voice("zf_xiaobei")
 
 
-def test_blend_weights_are_normalised(tiny_assets):
+class TwoVoices:
+    """A VoiceFolder (runtime/voices.py) of two random style tables, in ``folder``."""
+
+    def __init__(self, folder):
+        rng = np.random.default_rng(0)
+        self.tables = {name: rng.standard_normal((510, 1, 256)).astype(np.float32)
+                       for name in ("af_one", "am_two")}
+        for name, table in self.tables.items():
+            np.save(folder / f"{name}.npy", table)
+        self.folder = folder
+
+    @property
+    def voices(self) -> list[str]:
+        return sorted(self.tables)
+
+    def voice_file(self, name: str):
+        return self.folder / f"{name}.npy"
+
+
+def test_blend_weights_are_normalised(tiny_assets, tmp_path):
     assets = AssetFolder.of_build(tiny_assets)
     heart = load_voice("af_heart", assets)
-    half = load_voice("af_heart:0.5,af_heart:0.5", assets)
-    np.testing.assert_allclose(half, heart, rtol=1e-6)
+    # Weights adding up to 4: without normalisation this would be 4 x af_heart.
+    np.testing.assert_allclose(load_voice("af_heart:2,af_heart:2", assets), heart, rtol=1e-6)
+    two = TwoVoices(tmp_path)
+    one, other = two.tables["af_one"], two.tables["am_two"]
+    np.testing.assert_allclose(load_voice("af_one:3,am_two:1", two), 0.75 * one + 0.25 * other,
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(load_voice("af_one:0,am_two:5", two), other)
     assert parse_blend("a:0.7,b:0.3") == [("a", 0.7), ("b", 0.3)]
     with pytest.raises(VoiceError, match="not a number"):
         parse_blend("a:x")

@@ -212,10 +212,27 @@ def test_op_probes_cover_every_op_kind_and_build_for_cuda(built):
     assert set(probes.signatures(mod)) == probed
 
 
-def test_runtime_without_a_gpu_says_so(tmp_path):
-    """cuda libraries on a machine without a GPU: one clear error naming the problem."""
-    with pytest.raises(cuda.CudaError, match="NVIDIA GPU"):
+class _NoDevice:
+    exist = False
+
+
+def _no_driver(*_):
+    raise RuntimeError("CUDA: driver not found")
+
+
+@pytest.mark.parametrize("tvm_cuda, message", [
+    (lambda *_: _NoDevice(), "TVM sees no CUDA device here; use the llvm target's libraries"),
+    (_no_driver, "driver not found"),
+], ids=["no device", "no driver"])
+def test_runtime_without_a_gpu_says_so(monkeypatch, tvm_cuda, message):
+    """cuda libraries on a machine without a GPU (simulated: TVM's CUDA device is absent, or
+    asking for it fails, so this runs on a GPU machine too): one clear error naming the
+    problem; cpu libraries still get the CPU."""
+    monkeypatch.setattr(tvm, "cuda", tvm_cuda)
+    monkeypatch.setattr(cuda, "_load_cuda_runtime", lambda: None)
+    with pytest.raises(cuda.CudaError, match=f"NVIDIA GPU and its driver: .*{message}"):
         cuda.device("cuda")
+    assert cuda.device("cpu") == tvm.cpu(0)
 
 
 def test_runtime_refuses_unvalidated_cuda_libraries(other_built):

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from conftest import REPO, TINY, run_snakemake
+from conftest import REPO, TINY, dry_run, run_snakemake
 
 from kokoro_tvm.compile.devices import device_kind
 from kokoro_tvm.components import COMPONENTS
@@ -165,19 +165,9 @@ def script_modules(script: Path, skipped=()) -> set[Path]:
 
 
 def dry_run_jobs(workdir: Path) -> list[dict]:
-    """Every job of `all` and `figures` with its inputs and wildcards, from a forced dry run."""
-    done = run_snakemake(workdir, "-n", "--forceall", "all", "figures")
-    jobs = []
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", done.stdout):
-        rule = re.match(r"(?:local)?rule (\w+):", block)
-        inputs = re.search(r"\n\s+input: (.*)", block)
-        if rule and inputs:
-            wildcards = re.search(r"\n\s+wildcards: (.*)", block)
-            jobs.append({"rule": rule.group(1),
-                         "inputs": {Path(p) for p in inputs.group(1).split(", ")},
-                         "wildcards": dict(w.split("=") for w in wildcards.group(1).split(", "))
-                         if wildcards else {}})
-    return jobs
+    """Every job of `all` and `figures` that has inputs, with them and its wildcards, from a
+    forced dry run."""
+    return [job for job in dry_run(workdir, "--forceall", "all", "figures") if job["inputs"]]
 
 
 def test_every_rule_lists_the_code_its_script_imports(tmp_path):

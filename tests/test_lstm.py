@@ -4,9 +4,9 @@
   directions, lengths 1..T in one padded batch; hidden 5, scalar lanes, and 64, where tir_vec
   runs two register chunks of gates and vector cell updates): max abs error <= 1e-5.
 - The IR of the TIR methods does not grow with the bucket (T=16 vs T=128: within 5%).
-- duration, text_encoder and f0n built by every method at a bucket, fed an utterance of length L
-  padded into it: the valid outputs against unpatched Kokoro run at exactly L (no padding),
-  max abs error <= 1e-4 of the output's scale.
+- duration, text_encoder and f0n built by every method at a bucket, and bert (no LSTM), fed an
+  utterance of length L padded into it: the valid outputs against unpatched Kokoro run at
+  exactly L (no padding), max abs error <= 1e-4 of the output's scale.
 Tiny shapes throughout (tests/data/tiny.yaml's random model, bucket 8).
 """
 from __future__ import annotations
@@ -18,7 +18,10 @@ import numpy as np
 import pytest
 import torch
 import tvm
+import tvm_ffi
+from conftest import with_length
 from torch import nn
+from tvm.tirx.buffer import is_buffer_var
 
 from kokoro_tvm.compile.build import build_library
 from kokoro_tvm.compile.gpu_lstm import (
@@ -161,19 +164,19 @@ def test_packed_lstm_patch_restores_lstm_forward():
 # Components: padded into a bucket vs Kokoro at exactly the utterance's length.
 # ----------------------------------------------------------------------------------------------
 
+# Every LSTM component by every method, and bert (no LSTM: method none), whose padding the
+# attention mask must hide.
+EXACT_LENGTH_CASES = [(name, method) for name in LSTM_COMPONENTS for method in METHODS] + [
+    ("bert", "none")]
+
+
 @pytest.fixture(scope="module")
 def programs(tiny_kmodel):
-    return {name: export_component(tiny_kmodel, name, BUCKET) for name in LSTM_COMPONENTS}
+    return {name: export_component(tiny_kmodel, name, BUCKET)
+            for name in sorted({name for name, _ in EXACT_LENGTH_CASES})}
 
 
-def _with_length(name: str, inputs: dict[str, torch.Tensor], length: int):
-    mask_name = COMPONENTS[name].mask_input
-    mask = torch.arange(inputs[mask_name].shape[-1])[None, :] >= length
-    return dict(inputs, **{mask_name: mask})
-
-
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("name", LSTM_COMPONENTS)
+@pytest.mark.parametrize("name, method", EXACT_LENGTH_CASES)
 def test_component_valid_outputs_equal_kokoro_at_exact_length(name, method, tiny_kmodel,
                                                              programs, target, tmp_path):
     mod, params = import_programs(programs[name], method)
@@ -187,7 +190,7 @@ def test_component_valid_outputs_equal_kokoro_at_exact_length(name, method, tiny
     # Kokoro's InstanceNorm refuses one frame, and over two it is so ill-conditioned that
     # rounding alone moves PyTorch by 4e-5 of the scale (masked vs Kokoro's own code).
     for length in (1 if component.axis == "tokens" else 3, 5, BUCKET):
-        padded = _with_length(name, inputs, length)
+        padded = with_length(name, inputs, length)
         outs = run_library(so_path, params_npz, fn.name,
                            {k: padded[k].numpy() for k in fn.inputs})
         valid = crop(name, dict(zip(fn.outputs, outs)), length)
@@ -196,12 +199,40 @@ def test_component_valid_outputs_equal_kokoro_at_exact_length(name, method, tiny
             assert metrics["relative_error"]["passed"], (name, method, length, out_name, metrics)
 
 
+def on_the_cpu(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+    """``func`` with its thread-bound loops (blocks, threads) as serial loops and its shared
+    buffers in global memory: the same arithmetic, in an order a GPU may also take when the
+    phases between barriers are separate thread loops, and runnable by the llvm target."""
+    moved: list[tuple[tvm.ir.Var, tvm.ir.Var]] = []  # (shared buffer, its global twin)
+
+    def buffer(var, _mutator):
+        if not is_buffer_var(var) or var.ty.storage_scope != "shared":
+            return var
+        for shared, twin in moved:
+            if shared.same_as(var):
+                return twin
+        moved.append((var, tvm.tirx.decl_buffer(var.ty.shape, var.ty.dtype, var.name,
+                                                scope="global")))
+        return moved[-1][1]
+
+    def loop(node, mutator):
+        if node.kind != tvm.tirx.ForKind.THREAD_BINDING:
+            return mutator.default_mutate(node)
+        return tvm.tirx.For(node.loop_var, node.min, node.extent, tvm.tirx.ForKind.SERIAL,
+                            mutator.mutate(node.body), None, node.annotations, node.step)
+
+    serial = tvm_ffi.structural_mutate(func, [(tvm.tirx.Var, buffer), (tvm.tirx.For, loop)])
+    assert "thread_binding" not in serial.script() and moved, "nothing left for a GPU only"
+    return serial
+
+
 @pytest.mark.parametrize("kernel", [StepKernels(8, 4), StepKernels(4, 16), StepKernels(64, 1)])
-def test_gpu_step_kernels_match_torch_packed_lstm(kernel):
-    """The kernel-per-step GPU recurrence, its blocks and threads run as serial loops on this
-    CPU (the same TIR otherwise: its three phases are separate thread loops, so serial order is
-    one the GPU may take), against nn.LSTM over pack_padded_sequence: both directions, lengths
-    1..T in one batch, the cell state parked in ``out`` between steps."""
+def test_gpu_step_kernels_arithmetic_serialised_matches_torch_packed_lstm(kernel):
+    """The kernel-per-step GPU recurrence's arithmetic, its blocks and threads rewritten into
+    serial loops on this CPU (``on_the_cpu``: its three phases are separate thread loops, so
+    serial order is one the GPU may take), against nn.LSTM over pack_padded_sequence: both
+    directions, lengths 1..T in one batch, the cell state parked in ``out`` between steps.
+    What it cannot see: races and barriers on a GPU (tools/gpu_check runs the kernel there)."""
     batch, steps, inputs, hidden = 3, 9, 6, 64
     lstm = _lstm(inputs, hidden)
     x = torch.randn(batch, steps, inputs)
@@ -209,7 +240,7 @@ def test_gpu_step_kernels_match_torch_packed_lstm(kernel):
     xproj = np.stack([x.numpy() @ weights[f"weight_ih_l0{sfx}"].T + weights[f"bias_ih_l0{sfx}"]
                       + weights[f"bias_hh_l0{sfx}"] for sfx in ("", "_reverse")], axis=2)
     w_hh_t = np.stack([weights[f"weight_hh_l0{sfx}"].T for sfx in ("", "_reverse")])
-    func = recurrence_kernel_gpu_steps(batch, steps, hidden, kernel, serial=True)
+    func = on_the_cpu(recurrence_kernel_gpu_steps(batch, steps, hidden, kernel))
     run = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
                       target="llvm")["main"]
     for lengths in ([1, steps, 5], [steps, steps, steps], [2, 1, steps - 1]):
@@ -225,8 +256,8 @@ NOALIAS = "tirx.noalias"  # the key this TVM reads ("tir.noalias" is silently ig
 
 
 @pytest.mark.parametrize("make", [recurrence_kernel, recurrence_kernel_vec,
-                                  lambda b, s, h: recurrence_kernel_gpu_steps(
-                                      b, s, h, StepKernels(8, 4), serial=True)])
+                                  lambda b, s, h: on_the_cpu(recurrence_kernel_gpu_steps(
+                                      b, s, h, StepKernels(8, 4)))])
 def test_recurrence_buffers_do_not_alias(make):
     """The hand-written recurrences promise that their buffers do not overlap, so that the code
     generator may keep values in registers and reorder loads: LLVM's kernel takes every buffer

@@ -9,6 +9,7 @@ import tvm
 
 from kokoro_tvm.compile.schedules.cpu import cpu_facts
 from kokoro_tvm.compile.targets import make_target
+from kokoro_tvm.measure import peak
 from kokoro_tvm.measure.bench_components import cpu_fma_peak, shares_of_peaks
 from kokoro_tvm.measure.peak import DECAY, OFFSET, build_fma
 
@@ -34,12 +35,24 @@ def test_fma_kernel_runs_its_chains_as_vector_fmas():
         assert "zmm" in asm
 
 
-def test_benchmark_reports_the_fma_peak_of_cpu_targets_only():
+def test_benchmark_reports_the_fma_peak_of_cpu_targets_only(monkeypatch):
+    """cpu_fma_peak times the ceiling of the libraries' own target (peak.fma_peak_gflops, here
+    a stand-in: timing is not a unit test's business) and reports it rounded; no ceiling, and
+    no timing, for a GPU target or no libraries."""
+    asked = []
+
+    def fake_peak(target):
+        asked.append(target)
+        return 123.456
+
+    monkeypatch.setattr(peak, "fma_peak_gflops", fake_peak)
     host = make_target({"kind": "llvm", "mcpu": "host"})
-    cpu = [{"target_string": str(host)}]  # as the build stage writes it
-    assert cpu_fma_peak(cpu) > 0
+    cpu = [{"target_string": str(host)}] * 2  # as the build stage writes it, per library
+    assert cpu_fma_peak(cpu) == 123.5
+    assert [str(t) for t in asked] == [str(host)]
     cuda = [{"target_string": json.dumps({"kind": "cuda", "arch": "sm_90"})}]
-    assert cpu_fma_peak(cuda) is None
+    assert cpu_fma_peak(cuda) is None and cpu_fma_peak([]) is None
+    assert len(asked) == 1
 
 
 @pytest.mark.parametrize("fma_peak", [400.0, None])

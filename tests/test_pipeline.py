@@ -20,25 +20,21 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
+import conftest
 import numpy as np
 import yaml
 from conftest import REPO, TINY, run_snakemake, workflow_lock
+
+from kokoro_tvm import paths
+from kokoro_tvm.atomic import sha256_file
 
 LSTM_COMPONENTS = {"duration", "text_encoder", "f0n"}
 
 
 def dry_run(workdir: Path, workflow: Path, *targets: str, configfiles=(TINY,)) -> list[dict]:
-    """The jobs a dry run would execute: rule and output paths of each."""
-    done = run_snakemake(workdir, "-n", *targets, snakefile=workflow / "Snakefile",
-                         configfiles=configfiles)
-    jobs = []
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", done.stdout + done.stderr):
-        match = re.match(r"(?:local)?rule (\w+):", block)
-        if match:
-            outputs = re.search(r"output: (.*)", block)
-            jobs.append({"rule": match.group(1),
-                         "output": outputs.group(1) if outputs else ""})
-    return jobs
+    """The jobs a dry run of the ``workflow`` copy would execute (conftest's ``dry_run``)."""
+    return conftest.dry_run(workdir, *targets, snakefile=workflow / "Snakefile",
+                            configfiles=configfiles)
 
 
 def rules_of(jobs) -> Counter:
@@ -62,30 +58,29 @@ def test_every_library_validates_and_is_in_the_manifest(built):
         for entry in manifest["libraries"]:
             assert entry["passed"] and entry["target"] == target
             library = built / entry["library"]
-            assert entry["library_sha256"] == _sha256(library)
+            assert entry["library_sha256"] == sha256_file(library)
             report = json.loads((built / entry["validation"]).read_text())
             assert report["passed"] and report["metrics"]
             assert all(m["passed"] for m in report["metrics"].values() if "tolerance" in m
                        and m["tolerance"] is not None)
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def test_libraries_hold_code_not_weights(built):
-    for meta_path in (built / "results/lib/llvm").rglob("*.meta.json"):
+    metas = sorted(built.glob(paths.LIBRARY_META.format(target="llvm", component="*", lstm="*",
+                                                         bucket="*")))
+    assert len(metas) == 5, metas  # one bucket of each component
+    for meta_path in metas:
         meta = json.loads(meta_path.read_text())
         params = built / f"results/params/{meta['component']}.npz"
         library = meta_path.with_name(meta_path.name.replace(".meta.json", ".so"))
         assert library.stat().st_size < 4e6, f"{library} is {library.stat().st_size} bytes"
-        assert meta["params_sha256"] == _sha256(params)
+        assert meta["params_sha256"] == sha256_file(params)
         for key in ("ir_lines", "build_seconds", "import_seconds", "functions", "versions"):
             assert meta[key], (meta_path, key)
     decoder_params = (built / "results/params/decoder.npz").stat().st_size
-    assert decoder_params > 20 * (built / "results/lib/llvm/decoder/none/b16.so").stat().st_size
+    decoder = built / paths.LIBRARY.format(target="llvm", component="decoder", lstm="none",
+                                           bucket=16)
+    assert decoder_params > 20 * decoder.stat().st_size
 
 
 def test_second_run_has_nothing_to_do(built, workflow):
@@ -189,7 +184,8 @@ def test_tuning_adds_a_database_per_library_when_enabled(built, workflow, tmp_pa
 
 
 def test_one_library_path_schedules_only_its_chain(workflow, tmp_path):
-    jobs = dry_run(tmp_path, workflow, "results/lib/llvm/f0n/tir_vec/b16.so")
+    jobs = dry_run(tmp_path, workflow, paths.LIBRARY.format(target="llvm", component="f0n",
+                                                             lstm="tir_vec", bucket=16))
     assert rules_of(jobs) == {"weights": 1, "export": 1, "params": 1, "relax": 1,
                               "lower": 1, "build": 1}
 
@@ -207,7 +203,8 @@ def test_build_killed_while_writing_leaves_no_library_and_a_rerun_completes(buil
     never makes the temporary file, and fails here."""
     out, meta = tmp_path / "lib" / "b16.so", tmp_path / "lib" / "b16.meta.json"
     command = [sys.executable, str(REPO / "workflow_scripts/build.py"),
-               "--lowered", str(built / "results/lowered/llvm/decoder/none/b16.json"),
+               "--lowered", str(built / paths.LOWERED.format(target="llvm", component="decoder",
+                                                             lstm="none", bucket=16)),
                "--params", str(built / "results/params/decoder.npz"), "--target", "llvm",
                "--target-options", json.dumps({"kind": "llvm", "mcpu": "host"}),
                "--component", "decoder", "--lstm", "none", "--bucket", "16", "--out", str(out),
@@ -231,15 +228,16 @@ def test_failed_validation_names_the_library_and_writes_no_report(built, tmp_pat
     params[key] = params[key] * 1.01
     wrong = tmp_path / "bert.npz"
     np.savez(wrong, **params)
-    library = built / "results/lib/llvm/bert/none/b16.so"
+    library = built / paths.LIBRARY.format(target="llvm", component="bert", lstm="none", bucket=16)
     report = tmp_path / "report.json"
     done = subprocess.run(
         [sys.executable, str(REPO / "workflow_scripts/validate.py"),
          "--component", "bert", "--lstm", "none", "--bucket", "16", "--library", str(library),
          "--params", str(wrong),
          "--reference", str(built / "results/export/bert/b16.reference.npz"),
-         "--out", str(report)], capture_output=True, text=True)
-    assert done.returncode == 1
+         "--target-options", json.dumps({"kind": "llvm"}), "--out", str(report)],
+        capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr
     assert str(library) in done.stderr and "failed validation" in done.stderr
     assert not report.exists()
 

@@ -23,6 +23,7 @@ from kokoro_tvm.compile.quantize import (
 )
 from kokoro_tvm.compile.schedules.contraction import apply_contraction
 from kokoro_tvm.compile.targets import make_target
+from kokoro_tvm.measure.metrics import snr_db
 from kokoro_tvm.runtime.library import Library, Weights
 
 HOST = make_target({"kind": "llvm", "mcpu": "host", "num-cores": 2})
@@ -149,7 +150,7 @@ def test_quantized_library_is_close_to_float32(tmp_path):
         result = library.bind("main", {"x": x})()
         outs[precision] = (result if hasattr(result, "numpy") else result[0]).numpy()
     ref, out = outs["float32"], outs["int8"]
-    snr = 10 * np.log10(np.sum(ref.astype(np.float64) ** 2) / np.sum((out - ref) ** 2))
+    snr = snr_db(out, ref)
     assert snr >= MIN_CONV_SNR_DB, snr
 
 

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 import soundfile
 from conftest import REPO, model_folder
+from conftest import TINY_IDS as IDS
+from conftest import TINY_SPEED as SPEED
 from transcribe import transcribe, word_error_rate
 
 from kokoro_tvm.facts import SAMPLE_RATE
 from kokoro_tvm.measure.bench_e2e import SENTENCES
 from kokoro_tvm.runtime.engine import TvmEngine
 
-IDS = [50, 83, 54, 156, 57, 43, 44, 45, 46, 47, 48, 50, 51, 52]  # 16 tokens with the pads
-SPEED = 40.0  # the tiny model's ~25 frames a token into its 16-frame bucket (test_runtime.py)
 # Peak resident memory of `kokoro-tvm say` on the end-to-end benchmark's sentences.
 MAX_PEAK_RSS_MB = 800
 # Modules of the build stack that a runtime process must never load.

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import conftest
 import pytest
-from conftest import BIN, TINY, apt_lock, copy_workflow, run_snakemake
+from conftest import BIN, TINY, apt_lock, copy_workflow, dry_run
 
 from kokoro_tvm import paths
 
@@ -30,8 +30,7 @@ from cluster import Cluster, install_with_apt, missing_programs  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
-WORKFLOW_PARTS = ("Snakefile", "config.yaml", "rules", "workflow_scripts", "envs", "kokoro_tvm",
-                  "profiles")
+WORKFLOW_PARTS = (*conftest.WORKFLOW_PARTS, "profiles")  # the cluster profiles too
 # The libraries built on the cluster (the tiny config's one bucket, no LSTM): the build job the
 # cancellation test interrupts, and the library the cluster-generic test rebuilds ("rebuild one
 # bucket", README).
@@ -105,8 +104,7 @@ def copy_build(source: Path, dest: Path) -> Path:
 
 def dry_run_jobs(workflow: Path, workdir: Path, *targets: str) -> list[str]:
     """The rules of the jobs a local dry run would execute (empty: nothing to do)."""
-    done = run_snakemake(workdir, "-n", *targets, snakefile=workflow / "Snakefile")
-    return re.findall(r"^(?:local)?rule (\w+):", done.stdout + done.stderr, re.MULTILINE)
+    return [job["rule"] for job in dry_run(workdir, *targets, snakefile=workflow / "Snakefile")]
 
 
 def library_view(workdir: Path, library: str) -> dict:
@@ -178,7 +176,10 @@ def test_cancelled_job_leaves_no_library_and_a_rerun_completes(cluster, slurm_wo
                          wait=False)
     try:
         build_pid = wait_for_build_process(workdir, process, timeout=300)
-        time.sleep(3)  # past loading TVM and the module (~2 s), into code generation
+        # Cancel once the library is being written (its temporary file exists, for about 5 s
+        # of code generation and linking here), as tests/test_pipeline.py's kill does: a
+        # writer that wrote the final name directly would leave a library that looks finished.
+        wait_for_temporary_library(library, build_pid, timeout=300)
         assert Path(f"/proc/{build_pid}").exists(), "the build ended before it was cancelled"
         job_ids = cluster.run("squeue", "--noheader", "--states=RUNNING",
                               "--format=%i").stdout.split()
@@ -228,6 +229,16 @@ def wait_for_build_process(workdir: Path, snakemake: subprocess.Popen, timeout: 
                 return int(proc.name)
         time.sleep(0.2)
     raise AssertionError("the build job did not start")
+
+
+def wait_for_temporary_library(library: Path, build_pid: int, timeout: float) -> None:
+    """Returns once the build (``build_pid``) has made ``library``'s temporary file (atomic.py's
+    .{stem}.*.tmp{suffix} beside it)."""
+    deadline = time.monotonic() + timeout
+    while not list(library.parent.glob(f".{library.stem}.*.tmp{library.suffix}")):
+        assert Path(f"/proc/{build_pid}").exists(), "the build ended without a temporary file"
+        assert time.monotonic() < deadline, f"no temporary library after {timeout} s"
+        time.sleep(0.01)
 
 
 def wait_until_gone(pid: int, timeout: float) -> bool:

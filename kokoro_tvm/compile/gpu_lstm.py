@@ -101,24 +101,16 @@ def recurrence_kernel_gpu(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimF
     return packed_lstm_recurrence_gpu
 
 
-def recurrence_kernel_gpu_steps(batch: int, steps: int, hidden: int, kernel: StepKernels,
-                                serial: bool = False) -> tvm.tirx.PrimFunc:
+def recurrence_kernel_gpu_steps(batch: int, steps: int, hidden: int, kernel: StepKernels
+                                ) -> tvm.tirx.PrimFunc:
     """The GPU recurrence as a kernel per step (``StepKernels``). Each launch runs three phases,
     each a loop over the block's threads (TVM puts a barrier between them): load the previous
     h into shared memory; partial gate sums over the thread's k slice; per unit, the gates'
-    total and the cell update. ``serial=True`` gives the same kernel with blocks and threads as
-    serial loops and shared memory as global, which runs on a CPU (tests)."""
+    total and the cell update."""
     kernel.check(hidden)
     B, S, H, G = batch, steps, hidden, 4 * hidden
     UNITS, SLICES = kernel.units_per_block, kernel.k_slices
     BLOCKS, THREADS, SPAN = H // UNITS, UNITS * SLICES, H // SLICES
-    shared = "global" if serial else "shared"
-
-    def blocks(n: int):
-        return T.serial(n) if serial else T.thread_binding(n, thread="blockIdx.x")
-
-    def threads(n: int):
-        return T.serial(n) if serial else T.thread_binding(n, thread="threadIdx.x")
 
     @T.prim_func(private=True)
     def packed_lstm_recurrence_gpu_steps(xproj: T.Buffer((B, S, 2, G), "float32"),
@@ -128,19 +120,19 @@ def recurrence_kernel_gpu_steps(batch: int, steps: int, hidden: int, kernel: Ste
         T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
         for b in range(B):
             for s in range(S):  # on the host: a launch per step
-                for block in blocks(2 * BLOCKS):
-                    h = T.alloc_buffer((H,), "float32", scope=shared)
-                    partial = T.alloc_buffer((SLICES, 4, UNITS), "float32", scope=shared)
+                for block in T.thread_binding(2 * BLOCKS, thread="blockIdx.x"):
+                    h = T.alloc_buffer((H,), "float32", scope="shared")
+                    partial = T.alloc_buffer((SLICES, 4, UNITS), "float32", scope="shared")
                     d: T.let[T.int32] = block // BLOCKS
                     t: T.let[T.int64] = T.Select(d == 0, T.int64(s), T.int64(S - 1 - s))
                     before: T.let[T.int64] = T.Select(d == 0, t - 1, t + 1)
                     after: T.let[T.int64] = T.Select(d == 0, t + 1, t - 1)
-                    for tx in threads(THREADS):
+                    for tx in T.thread_binding(THREADS, thread="threadIdx.x"):
                         for i in range((H + THREADS - 1) // THREADS):
                             if i * THREADS + tx < H:
                                 h[i * THREADS + tx] = T.if_then_else(
                                     s == 0, T.float32(0), out[b, before, d * H + i * THREADS + tx])
-                    for tx in threads(THREADS):
+                    for tx in T.thread_binding(THREADS, thread="threadIdx.x"):
                         acc = T.alloc_buffer((4,), "float32", scope="local")
                         for q in T.unroll(4):
                             acc[q] = T.float32(0)
@@ -151,7 +143,7 @@ def recurrence_kernel_gpu_steps(batch: int, steps: int, hidden: int, kernel: Ste
                                     q * H + block % BLOCKS * UNITS + tx % UNITS]
                         for q in T.unroll(4):
                             partial[tx // UNITS, q, tx % UNITS] = acc[q]
-                    for tx in threads(THREADS):
+                    for tx in T.thread_binding(THREADS, thread="threadIdx.x"):
                         if tx < UNITS:
                             gates = T.alloc_buffer((4,), "float32", scope="local")
                             c = T.alloc_buffer((1,), "float32", scope="local")
