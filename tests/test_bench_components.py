@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from kokoro_tvm.measure import bench_components
 from kokoro_tvm.measure.bench_components import (
     _interleaved_ms,
     selected_libraries,
     serving_buckets,
 )
+from kokoro_tvm.runtime import bare
 
 
 def test_each_length_is_served_by_the_smallest_bucket_that_holds_it():
@@ -44,7 +44,7 @@ def test_each_timed_call_follows_an_untimed_one_of_the_same_engine(monkeypatch):
         events.append("clock")
         return next(ticks) / 1e3
 
-    monkeypatch.setattr(bench_components.time, "perf_counter", clock)
+    monkeypatch.setattr(bare.time, "perf_counter", clock)  # call_ms's clock
     tvm_ms, torch_ms = _interleaved_ms(lambda: events.append("tvm"),
                                        lambda: events.append("torch"), repeats=3)
     # Each turn: an untimed call, then the clock around a timed call of the same engine.
