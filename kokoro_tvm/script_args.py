@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from kokoro_tvm import paths
 from kokoro_tvm.facts import LSTM_METHOD_NAMES
@@ -23,8 +24,6 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _target_options(text: str) -> dict:
-    import json
-
     try:
         options = json.loads(text)
     except json.JSONDecodeError as e:

@@ -18,7 +18,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, help=paths.LOWERED)
     parser.add_argument("--tuning-db",
                         help="a MetaSchedule database folder (workflow_scripts/tune.py)")
-    parser.add_argument("--precision", choices=PRECISIONS, default="float32",
+    parser.add_argument("--precision", choices=PRECISIONS, default=PRECISIONS[0],
                         help="int8: the generator's convolutions quantized (CPUs with VNNI)")
     args = parser.parse_args()
     without_torch()

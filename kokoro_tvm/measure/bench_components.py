@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import json
 import statistics
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
 from kokoro_tvm.atomic import write_json
 from kokoro_tvm.measure.figures import pyplot, save_png
-from kokoro_tvm.measure.manifest_libraries import read_manifest, with_files
+from kokoro_tvm.measure.manifest_libraries import with_files
 from kokoro_tvm.model.components import COMPONENTS, method, run_reference
 from kokoro_tvm.model.patches import patched
 from kokoro_tvm.paths import PathLike
@@ -124,7 +125,7 @@ def benchmark(manifest: PathLike, checkpoint: PathLike, model_config: PathLike,
     from kokoro_tvm.model.kmodel import load_kmodel
 
     torch.set_num_threads(threads)
-    document = read_manifest(manifest)
+    document = json.loads(Path(manifest).read_text())
     kmodel = load_kmodel(model_config, checkpoint, disable_complex=True)
     rows = []
     for entry, library, weights in with_files(

@@ -30,6 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from kokoro_tvm.atomic import write_json
+from kokoro_tvm.measure.figures import pyplot, save_png
 
 SENTENCES = (
     "The quick brown fox jumps over the lazy dog.",
@@ -243,8 +244,6 @@ def benchmark(root: str | Path, target: str = "llvm", threads: int = 2, voice: s
 
 def plot(figures: dict[str, Any], dest: str | Path) -> None:
     """A bar chart of real-time factors (lower is faster)."""
-    from kokoro_tvm.measure.figures import pyplot, save_png
-
     plt = pyplot()
 
     names = [r["engine"] for r in figures["engines"]]

@@ -10,7 +10,9 @@ against the bucket, one line per method, one column per component).
 """
 from __future__ import annotations
 
+import json
 import statistics
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +20,7 @@ import numpy as np
 from kokoro_tvm import paths
 from kokoro_tvm.atomic import write_json
 from kokoro_tvm.measure.figures import pyplot, save_png
-from kokoro_tvm.measure.manifest_libraries import read_manifest, with_files
+from kokoro_tvm.measure.manifest_libraries import with_files
 from kokoro_tvm.paths import PathLike
 
 
@@ -50,7 +52,7 @@ def time_library(library: PathLike, params: PathLike, function: str,
 def benchmark(manifest: PathLike, params: list[PathLike], repeats: int = 5
               ) -> dict[str, Any]:
     """Every LSTM library (lstm != none) of the manifest, timed; compile figures from its meta."""
-    document = read_manifest(manifest)
+    document = json.loads(Path(manifest).read_text())
     lstm_libraries = [e for e in document["libraries"] if e["lstm"] != paths.WITHOUT_LSTM]
     entries = []
     for lib, library, weights in with_files(manifest, lstm_libraries, params):

@@ -1,16 +1,11 @@
 """The libraries a benchmark times: entries of a target's build manifest, with their files."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from kokoro_tvm import paths
 from kokoro_tvm.paths import PathLike
-
-
-def read_manifest(manifest: PathLike) -> dict[str, Any]:
-    return json.loads(Path(manifest).read_text())
 
 
 def with_files(manifest: PathLike, entries: Iterable[dict[str, Any]], params: list[PathLike]
