@@ -15,9 +15,9 @@ rule build:
         versions=versions("apache-tvm"),
     priority: longest_chains_first
     log:
-        "logs/build/{target}/{component}/{lstm}/b{bucket}.log",
+        "logs/lib/{target}/{component}/{lstm}/b{bucket}.log",
     benchmark:
-        "benchmarks/build/{target}/{component}/{lstm}/b{bucket}.tsv"
+        "benchmarks/lib/{target}/{component}/{lstm}/b{bucket}.tsv"
     conda:
         "../envs/kokoro-tvm.yaml"
     shell:

@@ -16,9 +16,9 @@ rule lower:
         versions=versions("apache-tvm"),
     priority: longest_chains_first
     log:
-        "logs/lower/{target}/{component}/{lstm}/b{bucket}.log",
+        "logs/lowered/{target}/{component}/{lstm}/b{bucket}.log",
     benchmark:
-        "benchmarks/lower/{target}/{component}/{lstm}/b{bucket}.tsv"
+        "benchmarks/lowered/{target}/{component}/{lstm}/b{bucket}.tsv"
     conda:
         "../envs/kokoro-tvm.yaml"
     shell:

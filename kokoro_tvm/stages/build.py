@@ -18,7 +18,7 @@ def _module_figure(mod, name: str):
 def build(lowered_json: PathLike, params: PathLike, target_name: str,
           target_options: dict[str, Any], dims: dict[str, Any], out_so: PathLike,
           out_meta: PathLike) -> dict[str, Any]:
-    """results/build/{target}/...: the code-only library and its .meta.json."""
+    """results/lib/{target}/...: the code-only library and its .meta.json."""
     from kokoro_tvm.compile.build import build_library
     from kokoro_tvm.compile.devices import architecture, cross_compiler, device_kind
     from kokoro_tvm.compile.targets import make_target

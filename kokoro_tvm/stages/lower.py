@@ -10,7 +10,7 @@ from kokoro_tvm.stages.common import load_ir
 
 def lower(relax_json: PathLike, target_options: dict[str, Any], out: PathLike,
           tuning_db: PathLike | None = None, precision: str = "float32") -> None:
-    """results/lower/{target}/...: the target's Relax pipeline applied, before codegen;
+    """results/lowered/{target}/...: the target's Relax pipeline applied, before codegen;
     with a tuning database (``tune``), its schedules where it has them; with ``precision``
     int8 (``devices.library_precision``), the generator's convolutions quantized
     (compile/quantize.py)."""
