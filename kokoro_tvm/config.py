@@ -118,11 +118,14 @@ def _check_targets(config: dict[str, Any]) -> None:
         if target not in config["target_options"]:
             raise ConfigError(f"config key 'targets[{i}]': no target_options entry for '{target}'; "
                               f"defined: {', '.join(sorted(config['target_options']))}")
-        _check_precision(target, config["target_options"][target])
+        check_precision(target, config["target_options"][target])
 
 
-def _check_precision(target: str, options: dict[str, Any]) -> None:
-    """int8 only where its kernels can be compiled: llvm targets whose CPU has VNNI."""
+def check_precision(target: str, options: dict[str, Any]) -> None:
+    """int8 only where its kernels can be compiled: llvm targets whose CPU has VNNI. Checked at
+    parse time for ``targets`` and, for a target asked for by path, when its jobs are planned:
+    checking every ``target_options`` entry would refuse the default config on a CPU without
+    VNNI, which never builds ``llvm_int8`` unless asked."""
     if options.get("precision", "float32") != "int8":
         return
     key = f"config key 'target_options.{target}.precision'"

@@ -14,7 +14,7 @@ from kokoro_tvm.compile.devices import (
     library_precision,
     lstm_methods_for,
 )
-from kokoro_tvm.config import validate_config
+from kokoro_tvm.config import check_precision, validate_config
 
 min_version("9.0")
 
@@ -201,9 +201,16 @@ def target_options_of(wildcards):
 
 
 def library_precision_of(wildcards):
-    """A library's precision (float32, or int8 where its target asks and it applies)."""
-    return library_precision(setting(f"target_options.{wildcards.target}"), wildcards.component,
-                             int(wildcards.bucket))
+    """A library's precision (float32, or int8 where its target asks and it applies); a target
+    outside ``targets`` asked for by path is checked here, before any job runs."""
+    options = setting(f"target_options.{wildcards.target}")
+    checked_precision(wildcards.target)
+    return library_precision(options, wildcards.component, int(wildcards.bucket))
+
+
+@functools.cache  # once per target: it builds a TVM target
+def checked_precision(target):
+    check_precision(target, setting(f"target_options.{target}"))
 
 
 def tuning_database(wildcards):

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, run_snakemake
+from conftest import REPO, TINY, run_snakemake
 
 from kokoro_tvm.assets.model_config import merge
 from kokoro_tvm.assets.sources import SOURCE_OPTIONS, SOURCES
@@ -55,6 +55,21 @@ def test_bad_config_fails_before_any_job(case, tmp_path):
     output = done.stdout + done.stderr
     assert "ConfigError" in output and f"'{key}'" in output, output[-2000:]
     assert "Building DAG" not in output, "validation must come before the DAG is built"
+    assert not (tmp_path / "results").exists()
+
+
+def test_int8_target_asked_by_path_is_checked_before_any_job(tmp_path):
+    """A target outside ``targets`` is not checked at parse time (the default config must load
+    on a CPU without VNNI); asked for by path, its int8 lower jobs refuse it while the DAG is
+    built, naming the key, and nothing is written."""
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump({"target_options": {"old": {
+        "kind": "llvm", "mcpu": "skylake-avx512", "precision": "int8"}}}))
+    done = run_snakemake(tmp_path, "-n", "results/dist/old", configfiles=[TINY, old], check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "ConfigError" in output and "'target_options.old.precision'" in output, output[-2000:]
+    assert "avx512vnni" in output
     assert not (tmp_path / "results").exists()
 
 
