@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from kokoro_tvm.errors import UserError
-from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.facts import DEFAULT_VOICE, SAMPLE_RATE
 from kokoro_tvm.runtime import g2p
 from kokoro_tvm.runtime.kokoro import SPEED_RANGE
 from kokoro_tvm.runtime.model_folder import DEFAULT_MODEL
@@ -169,7 +169,7 @@ def parser() -> argparse.ArgumentParser:
                         f"{SAMPLE_RATE // 1000} kHz mono; with --stream, - writes raw 16-bit PCM "
                         "to stdout as each chunk finishes")
     _model_argument(p)
-    p.add_argument("--voice", default="af_heart",
+    p.add_argument("--voice", default=DEFAULT_VOICE,
                    help="a voice name or a blend like af_heart:0.7,am_adam:0.3 (kokoro-tvm voices)")
     p.add_argument("--lang", default=None, choices=g2p.LANGUAGES,
                    help="the G2P's language (default: the voice's, from its first letter)")

@@ -18,3 +18,5 @@ MAX_TOKENS = 510
 # How the LSTM components' LSTMs can be lowered (compile/lstm.py), fastest first (docs/decisions.md,
 # LSTM methods): the runtime prefers them in this order.
 LSTM_METHOD_NAMES = ("tir_vec", "tir", "unroll")
+# The voice speech uses when none is named (Kokoro's own default).
+DEFAULT_VOICE = "af_heart"

@@ -7,15 +7,17 @@ from pathlib import Path
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.facts import DEFAULT_VOICE
 from kokoro_tvm.measure import bench_e2e
+from kokoro_tvm.runtime.model_folder import DEFAULT_TARGET
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--root", default=".", help="folder holding results/")
-    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--voice", default="af_heart")
+    parser.add_argument("--voice", default=DEFAULT_VOICE)
     parser.add_argument("--engines", default=",".join(bench_e2e.ENGINES),
                         help="comma-separated, from: " + ", ".join(bench_e2e.ENGINES))
     parser.add_argument("--rounds", type=int, default=bench_e2e.ROUNDS,

@@ -6,14 +6,16 @@ import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.facts import DEFAULT_VOICE
+from kokoro_tvm.runtime.model_folder import DEFAULT_TARGET
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--root", default=".", help="folder holding results/")
-    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--sentence", required=True)
-    parser.add_argument("--voice", default="af_heart")
+    parser.add_argument("--voice", default=DEFAULT_VOICE)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help=paths.REPORT_SPECTROGRAM)
     args = parser.parse_args()

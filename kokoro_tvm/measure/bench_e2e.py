@@ -195,8 +195,8 @@ def _reply(name: str, child, replies: multiprocessing.Queue):
                                    "before replying; its error is above") from None
 
 
-def benchmark(root: str | Path, target: str = "llvm", threads: int = 2, voice: str = "af_heart",
-              engines=ENGINES, rounds: int = ROUNDS, runtime_python: str | None = None,
+def benchmark(root: str | Path, target: str, threads: int, voice: str, engines: Sequence[str],
+              rounds: int = ROUNDS, runtime_python: str | None = None,
               texts: Sequence[str] = SENTENCES) -> dict[str, Any]:
     """Every engine's figures, measured in interleaved rounds (module docstring), synthesis
     timed on ``texts``. The TVM engine runs under ``runtime_python`` when given: the

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kokoro_tvm.atomic import write_json
+from kokoro_tvm.facts import DEFAULT_VOICE
 
 DEFAULT_TEXT = Path(__file__).resolve().parents[2] / "examples" / "long_text.txt"
 
@@ -38,7 +39,7 @@ def _pass(engine, text: str, voice: str, speed: float, per_sentence: bool) -> di
             "padding_share": engine.decoder_padding()}
 
 
-def benchmark(baseline: str | Path, folder: str | Path, text: str, voice: str = "af_heart",
+def benchmark(baseline: str | Path, folder: str | Path, text: str, voice: str = DEFAULT_VOICE,
               speed: float = 1.0, rounds: int = 4, per_sentence: bool = False
               ) -> dict[str, Any]:
     """Both folders' figures, measured in interleaved rounds (module docstring)."""
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--text", default=str(DEFAULT_TEXT), help="a UTF-8 text file")
     parser.add_argument("--words", type=int, default=300,
                         help="speak the text's first N words (default 300; 0: all)")
-    parser.add_argument("--voice", default="af_heart")
+    parser.add_argument("--voice", default=DEFAULT_VOICE)
     parser.add_argument("--speed", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--per-sentence", action="store_true",

@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from kokoro_tvm.errors import UserError
-from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.facts import DEFAULT_VOICE, SAMPLE_RATE
 from kokoro_tvm.runtime import g2p
 from kokoro_tvm.runtime.model_folder import DEFAULT_MODEL, ModelFolder
 from kokoro_tvm.runtime.speech import Chunk, Engine, SpeechError, speak_chunks
@@ -110,7 +110,7 @@ class Kokoro:
                       seed: int = 0) -> tuple[float, str]:
         return check_request(self.folder, text, voice, speed, lang, seed)
 
-    def stream(self, text: str, voice: str = "af_heart", speed: float = 1.0,
+    def stream(self, text: str, voice: str = DEFAULT_VOICE, speed: float = 1.0,
                lang: str | None = None, *, seed: int = 0, per_sentence: bool = True,
                progress=None) -> Iterator[Chunk]:
         """Chunks as each is synthesized (one per sentence by default, the first sentence's
@@ -122,7 +122,7 @@ class Kokoro:
                                 speed=speed, seed=seed, per_sentence=per_sentence,
                                 progress=progress)
 
-    def create(self, text: str, voice: str = "af_heart", speed: float = 1.0,
+    def create(self, text: str, voice: str = DEFAULT_VOICE, speed: float = 1.0,
                lang: str | None = None, *, seed: int = 0) -> tuple[np.ndarray, int]:
         """The whole text's audio (float32 samples) and its sample rate."""
         chunks = self.stream(text, voice, speed, lang, seed=seed, per_sentence=False)
