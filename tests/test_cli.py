@@ -109,6 +109,18 @@ def test_missing_model_folder_names_the_build_command(tmp_path):
     assert "snakemake --cores 2 results/dist/llvm" in done.stderr
 
 
+def test_a_wrong_model_path_names_the_model_folders_near_it(tmp_path):
+    """Only folders with a manifest are offered: inside the path given, else beside it."""
+    dist = tmp_path / "results" / "dist"
+    (dist / "llvm").mkdir(parents=True)
+    (dist / "llvm" / "manifest.json").write_text("{}")
+    (dist / "notes").mkdir()
+    for wrong in (dist, dist / "llvm_int8"):
+        done = kokoro_tvm("say", "Hello", "-o", str(tmp_path / "x.wav"), "--model", str(wrong))
+        assert done.returncode == 2
+        assert done.stderr.strip().endswith(f"model folders near it: {dist / 'llvm'}"), done.stderr
+
+
 def test_voices_lists_the_model_folders_voices_with_their_language(built):
     done = kokoro_tvm("voices", "--model", str(model_folder(built)))
     assert done.returncode == 0, done.stderr

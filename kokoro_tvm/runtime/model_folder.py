@@ -34,6 +34,17 @@ def _rebuild_hint(folder: Path) -> str:
             f"and copy that folder to {folder}")
 
 
+def _nearby_folders_hint(path: Path) -> str:
+    """The model folders inside ``path`` or else beside it (``--model results/dist`` meant for
+    ``results/dist/llvm``, or a target not built), or how to build one."""
+    for place in (path, path.parent):
+        found = sorted(str(p.parent) for p in place.glob(f"*/{paths.MODEL_MANIFEST}"))
+        if found:
+            more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+            return f"; model folders near it: {', '.join(found[:3])}{more}"
+    return f"; build one with `{build_command(DEFAULT_TARGET)}`"
+
+
 class ModelFolder:
     """The model folder at ``path``; its manifest is read and checked when opened, each file's
     sha256 when it is first used."""
@@ -42,11 +53,8 @@ class ModelFolder:
         self.path = Path(path).expanduser()
         manifest = self.path / paths.MODEL_MANIFEST
         if not manifest.is_file():
-            built = sorted(p.name for p in self.path.parent.glob("*") if p.is_dir())
-            hint = (f" (model folders there: {', '.join(built)})" if built
-                    else f"; build one with `{build_command(DEFAULT_TARGET)}`")
             raise ModelFolderError(f"{self.path} is not a model folder: it has no "
-                                   f"{paths.MODEL_MANIFEST}{hint}")
+                                   f"{paths.MODEL_MANIFEST}{_nearby_folders_hint(self.path)}")
         try:
             self.manifest: dict[str, Any] = json.loads(manifest.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
