@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from kokoro_tvm import paths
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.facts import DEFAULT_VOICE, SAMPLE_RATE
 from kokoro_tvm.runtime import g2p
@@ -98,7 +99,7 @@ def say(args: argparse.Namespace) -> int:
             raise UserError("-o - writes raw PCM as chunks finish: add --stream")
     else:
         check_output(args.output)
-    folder = ModelFolder(args.model)
+    folder = ModelFolder(_model_path(args))
     check_request(folder, text, args.voice, args.speed, args.lang, args.seed)
     folder.check_lstm(args.lstm)
     started = time.perf_counter()
@@ -142,7 +143,7 @@ def say(args: argparse.Namespace) -> int:
 def voices(args: argparse.Namespace) -> int:
     from kokoro_tvm.runtime.model_folder import ModelFolder
 
-    for name in ModelFolder(args.model).voices:
+    for name in ModelFolder(_model_path(args)).voices:
         try:
             lang = g2p.language_of_voice(name)
         except g2p.G2PError:
@@ -152,9 +153,19 @@ def voices(args: argparse.Namespace) -> int:
 
 
 def _model_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help="a model folder: results/dist/TARGET of a build, or a copy of it "
-                        "anywhere (default: %(default)s)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--model",
+                       help="a model folder: results/dist/TARGET of a build, or a copy of it "
+                            f"anywhere (default: {DEFAULT_MODEL})")
+    where.add_argument("--target",
+                       help="the model folder this build wrote for TARGET (cuda, llvm_int8, "
+                            "...): --target cuda is --model " + paths.DIST.format(target="cuda"))
+
+
+def _model_path(args: argparse.Namespace) -> str:
+    if args.model:
+        return args.model
+    return paths.DIST.format(target=args.target) if args.target else DEFAULT_MODEL
 
 
 def parser() -> argparse.ArgumentParser:

@@ -110,15 +110,31 @@ def test_missing_model_folder_names_the_build_command(tmp_path):
 
 
 def test_a_wrong_model_path_names_the_model_folders_near_it(tmp_path):
-    """Only folders with a manifest are offered: inside the path given, else beside it."""
+    """Only folders with a manifest are offered (inside the path given, else beside it), and
+    the command that builds the target a results/dist/TARGET path names."""
     dist = tmp_path / "results" / "dist"
     (dist / "llvm").mkdir(parents=True)
     (dist / "llvm" / "manifest.json").write_text("{}")
     (dist / "notes").mkdir()
-    for wrong in (dist, dist / "llvm_int8"):
+    for wrong, target in ((dist, "llvm"), (dist / "llvm_int8", "llvm_int8")):
         done = kokoro_tvm("say", "Hello", "-o", str(tmp_path / "x.wav"), "--model", str(wrong))
         assert done.returncode == 2
-        assert done.stderr.strip().endswith(f"model folders near it: {dist / 'llvm'}"), done.stderr
+        assert done.stderr.strip().endswith(
+            f"model folders near it: {dist / 'llvm'}; build one with "
+            f"`snakemake --cores 2 results/dist/{target}`"), done.stderr
+
+
+def test_target_names_this_builds_model_folder(built):
+    """--target T is --model results/dist/T, from the folder holding results/."""
+    said = kokoro_tvm("voices", "--target", "llvm", cwd=built)
+    assert said.returncode == 0, said.stderr
+    assert said.stdout == kokoro_tvm("voices", "--model", str(model_folder(built))).stdout
+    missing = kokoro_tvm("voices", "--target", "cuda", cwd=built)
+    assert missing.returncode == 2
+    assert "results/dist/cuda is not a model folder" in missing.stderr
+    assert "`snakemake --cores 2 results/dist/cuda`" in missing.stderr
+    both = kokoro_tvm("voices", "--target", "llvm", "--model", str(model_folder(built)))
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
 
 
 def test_voices_lists_the_model_folders_voices_with_their_language(built):

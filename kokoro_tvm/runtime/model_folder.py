@@ -34,15 +34,20 @@ def _rebuild_hint(folder: Path) -> str:
             f"and copy that folder to {folder}")
 
 
-def _nearby_folders_hint(path: Path) -> str:
+def _missing_folder_hint(path: Path) -> str:
     """The model folders inside ``path`` or else beside it (``--model results/dist`` meant for
-    ``results/dist/llvm``, or a target not built), or how to build one."""
+    ``results/dist/llvm``, or a target not built), and how to build one: the target the path
+    names where it is a build's results/dist/TARGET, else the default."""
+    hint = ""
     for place in (path, path.parent):
         found = sorted(str(p.parent) for p in place.glob(f"*/{paths.MODEL_MANIFEST}"))
         if found:
             more = f" and {len(found) - 3} more" if len(found) > 3 else ""
-            return f"; model folders near it: {', '.join(found[:3])}{more}"
-    return f"; build one with `{build_command(DEFAULT_TARGET)}`"
+            hint = f"; model folders near it: {', '.join(found[:3])}{more}"
+            break
+    dist = Path(paths.DIST.format(target="")).parts
+    target = path.name if path.parent.parts[-len(dist):] == dist else DEFAULT_TARGET
+    return f"{hint}; build one with `{build_command(target)}`"
 
 
 class ModelFolder:
@@ -54,7 +59,7 @@ class ModelFolder:
         manifest = self.path / paths.MODEL_MANIFEST
         if not manifest.is_file():
             raise ModelFolderError(f"{self.path} is not a model folder: it has no "
-                                   f"{paths.MODEL_MANIFEST}{_nearby_folders_hint(self.path)}")
+                                   f"{paths.MODEL_MANIFEST}{_missing_folder_hint(self.path)}")
         try:
             self.manifest: dict[str, Any] = json.loads(manifest.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
