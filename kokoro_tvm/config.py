@@ -33,21 +33,28 @@ def _key(path) -> str:
     return out or "(top level)"
 
 
-def _type_command_line_values(value: Any, spec: dict[str, Any]) -> Any:
+def _type_command_line_values(value: Any, spec: dict[str, Any],
+                              root: dict[str, Any] | None = None) -> Any:
     """``value`` with strings turned into the booleans, numbers and nulls ``spec`` asks for.
 
     ``snakemake --config tuning='{enabled: true, max_trials: 16}'`` hands nested values over as
     strings ('true', '16', 'null'); YAML-parsing such a string where the schema wants a boolean,
     a number or null (and no string) gives what the user wrote. Anything else is left for the
-    schema to judge."""
+    schema to judge. ``root`` is the whole schema, which ``$ref``s point into."""
+    root = spec if root is None else root
+    if "$ref" in spec:  # the schema's own, '#/$defs/name'
+        referred = root
+        for part in spec["$ref"].removeprefix("#/").split("/"):
+            referred = referred[part]
+        spec = referred
     if isinstance(value, dict):
         properties = spec.get("properties", {})
         for key, item in value.items():
             if key in properties:
-                value[key] = _type_command_line_values(item, properties[key])
+                value[key] = _type_command_line_values(item, properties[key], root)
         return value
     if isinstance(value, list) and isinstance(spec.get("items"), dict):
-        return [_type_command_line_values(item, spec["items"]) for item in value]
+        return [_type_command_line_values(item, spec["items"], root) for item in value]
     types = spec.get("type", [])
     types = {types} if isinstance(types, str) else set(types)
     if not isinstance(value, str) or "string" in types:

@@ -108,8 +108,9 @@ def test_voice_folder_must_hold_every_voice(tmp_path):
 
 
 def test_command_line_values_are_typed(tmp_path):
-    """README's `--config tuning='{enabled: true, ...}'`: Snakemake passes nested values as
-    strings; they reach the rules as a boolean and integers, and a bad one is still refused."""
+    """README's `--config tuning='{enabled: true, ...}'` (or `buckets='{decoder: [128]}'`):
+    Snakemake passes nested values as strings; they reach the rules as a boolean and integers,
+    and a bad one is still refused."""
     done = run_snakemake(tmp_path, "-n", "all", "--config",
                          "tuning={enabled: true, max_trials: 16, trials_per_task: 4}")
     assert "rule tune:" in done.stdout or "\ntune " in done.stdout, done.stdout[-2000:]
@@ -119,9 +120,11 @@ def test_command_line_values_are_typed(tmp_path):
     config = load_config(REPO / "config.yaml")
     config["tuning"].update(enabled="false", max_trials="1000")
     config["report"].update(bench_components_lengths="null")
+    config["buckets"].update(decoder=["128", "256"])  # through the schema's $defs
     validate_config(config)
     assert config["tuning"]["enabled"] is False and config["tuning"]["max_trials"] == 1000
     assert config["report"]["bench_components_lengths"] is None
+    assert config["buckets"]["decoder"] == [128, 256]
 
 
 def test_the_schemas_sources_are_the_ones_the_scripts_read():
