@@ -156,7 +156,7 @@ def _lanes(n: int, widest: int = 16) -> int:
 
 @T.macro
 def _reset_state(H, h, c):
-    """Zero hidden and cell state before each sequence; shared by both recurrence kernels."""
+    """Zero hidden and cell state before each sequence."""
     for j in range(H):
         h[j] = T.float32(0)
         c[j] = T.float32(0)
@@ -184,10 +184,36 @@ def _cell_update(H, L, gates, c, h, out, b, t, d):
             out[b, t, d * H + j0 * L + j1] = h[j0 * L + j1]
 
 
+@T.macro
+def _recurrence(B, S, H, G, L, xproj, w, lengths, out, d, update_gates):
+    """Direction ``d`` of every sequence, shared by both recurrence kernels: a zero state, then
+    per valid step the gates (``update_gates``, a macro of the kernel) and the cell update;
+    zeros beyond the sequence's length."""
+    h = T.alloc_buffer((H,), "float32")
+    c = T.alloc_buffer((H,), "float32")
+    gates = T.alloc_buffer((G,), "float32")
+    for b in range(B):
+        _reset_state(H, h, c)
+        for s in range(S):
+            t: T.let[T.int64] = T.Select(d == 0, T.int64(s), T.int64(S - 1 - s))
+            if t < lengths[b]:
+                update_gates(gates, h, xproj, w, b, t, d)
+                _cell_update(H, L, gates, c, h, out, b, t, d)
+            else:
+                _zero_step(H, out, b, t, d)
+
+
 def recurrence_kernel(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimFunc:
     """Scalar recurrence: xproj [B, T, 2, 4H], w_hh [2, 4H, H] (torch's layout), lengths [B]
     -> out [B, T, 2H]. Shapes are constants, so the IR has the same size at every bucket."""
     B, S, H, G = batch, steps, hidden, 4 * hidden
+
+    @T.macro
+    def dot_gates(gates, h, xproj, w_hh, b, t, d):
+        for g in range(G):
+            gates[g] = xproj[b, t, d, g]
+            for k in range(H):
+                gates[g] = gates[g] + w_hh[d, g, k] * h[k]
 
     @T.prim_func(private=True)
     def packed_lstm_recurrence(xproj: T.Buffer((B, S, 2, G), "float32"),
@@ -196,21 +222,7 @@ def recurrence_kernel(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimFunc:
                                out: T.Buffer((B, S, 2 * H), "float32")):
         T.func_attr({"tirx.noalias": True})
         for d in range(2):
-            h = T.alloc_buffer((H,), "float32")
-            c = T.alloc_buffer((H,), "float32")
-            gates = T.alloc_buffer((G,), "float32")
-            for b in range(B):
-                _reset_state(H, h, c)
-                for s in range(S):
-                    t: T.let[T.int64] = T.Select(d == 0, T.int64(s), T.int64(S - 1 - s))
-                    if t < lengths[b]:
-                        for g in range(G):
-                            gates[g] = xproj[b, t, d, g]
-                            for k in range(H):
-                                gates[g] = gates[g] + w_hh[d, g, k] * h[k]
-                        _cell_update(H, 1, gates, c, h, out, b, t, d)
-                    else:
-                        _zero_step(H, out, b, t, d)
+            _recurrence(B, S, H, G, 1, xproj, w_hh, lengths, out, d, dot_gates)
 
     return packed_lstm_recurrence
 
@@ -227,6 +239,22 @@ def recurrence_kernel_vec(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimF
     C = U * V
     L = _lanes(H)
 
+    @T.macro
+    def chunked_gates(gates, h, xproj, w_hh_t, b, t, d):
+        for chunk in range(G // C):
+            acc = T.alloc_buffer((C,), "float32", scope="local")
+            for u in T.unroll(U):
+                for v in T.vectorized(V):
+                    acc[u * V + v] = xproj[b, t, d, chunk * C + u * V + v]
+            for k in range(H):
+                for u in T.unroll(U):
+                    for v in T.vectorized(V):
+                        acc[u * V + v] = (acc[u * V + v] + h[k]
+                                          * w_hh_t[d, k, chunk * C + u * V + v])
+            for u in T.unroll(U):
+                for v in T.vectorized(V):
+                    gates[chunk * C + u * V + v] = acc[u * V + v]
+
     @T.prim_func(private=True)
     def packed_lstm_recurrence_vec(xproj: T.Buffer((B, S, 2, G), "float32"),
                                    w_hh_t: T.Buffer((2, H, G), "float32"),
@@ -234,30 +262,7 @@ def recurrence_kernel_vec(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimF
                                    out: T.Buffer((B, S, 2 * H), "float32")):
         T.func_attr({"tirx.noalias": True})
         for d in T.parallel(2):
-            h = T.alloc_buffer((H,), "float32")
-            c = T.alloc_buffer((H,), "float32")
-            gates = T.alloc_buffer((G,), "float32")
-            for b in range(B):
-                _reset_state(H, h, c)
-                for s in range(S):
-                    t: T.let[T.int64] = T.Select(d == 0, T.int64(s), T.int64(S - 1 - s))
-                    if t < lengths[b]:
-                        for chunk in range(G // C):
-                            acc = T.alloc_buffer((C,), "float32", scope="local")
-                            for u in T.unroll(U):
-                                for v in T.vectorized(V):
-                                    acc[u * V + v] = xproj[b, t, d, chunk * C + u * V + v]
-                            for k in range(H):
-                                for u in T.unroll(U):
-                                    for v in T.vectorized(V):
-                                        acc[u * V + v] = (acc[u * V + v] + h[k]
-                                                          * w_hh_t[d, k, chunk * C + u * V + v])
-                            for u in T.unroll(U):
-                                for v in T.vectorized(V):
-                                    gates[chunk * C + u * V + v] = acc[u * V + v]
-                        _cell_update(H, L, gates, c, h, out, b, t, d)
-                    else:
-                        _zero_step(H, out, b, t, d)
+            _recurrence(B, S, H, G, L, xproj, w_hh_t, lengths, out, d, chunked_gates)
 
     return packed_lstm_recurrence_vec
 
