@@ -410,3 +410,25 @@ def test_lstm_sweep_runs_against_its_reference_on_the_cpu(tmp_path):
     inputs, reference = check.lstm_case(list(shape), 0, "cpu")
     valid = int(inputs[2][0])
     assert valid < shape[1] and not reference()[:, valid:].any()
+
+
+def test_the_check_chooses_the_fastest_variant_that_passes_everywhere():
+    """A sweep's choice (DEFAULT_KERNEL, the conv tile): a faster variant that fails at one
+    shape, or was not run there, is not chosen; with none passing everywhere, none is."""
+    import check
+
+    def row(shape, variant, ms, passed=True):
+        return {"shape": shape, "variant": variant, "tvm_ms": ms, "passed": passed}
+
+    rows = [row("short", "block", 2.0), row("long", "block", 9.0),
+            row("short", "steps_a", 1.0), row("long", "steps_a", 7.0),
+            row("short", "steps_b", 0.5), row("long", "steps_b", 1.0, passed=False),
+            row("short", "steps_c", 0.1)]
+    choice = check.fastest(rows)
+    assert choice["variant"] == "steps_a"
+    assert choice["tvm_ms"] == {"short": 1.0, "long": 7.0}
+    assert choice["against_best"] == {"long": 1.0, "short": 1.0}
+    rows.append({"shape": "long", "variant": "steps_c", "passed": False,
+                 "exception": "CUDA error"})
+    assert check.fastest(rows)["variant"] == "steps_a"
+    assert check.fastest([row("short", "block", 2.0, passed=False)])["variant"] is None

@@ -365,6 +365,24 @@ def sweep(bundle: Path, document: dict, folder: str, case, repeat: int, toleranc
     return rows
 
 
+def fastest(rows: list[dict]) -> dict:
+    """The sweep's variant to choose: of those that passed at every shape, the least time summed
+    over the shapes, with its time at each shape over the best of those variants there;
+    ``variant`` None if none passed everywhere."""
+    shapes = {row["shape"] for row in rows}
+    by_variant: dict[str, dict[str, float]] = {}
+    for row in rows:
+        if row.get("passed"):
+            by_variant.setdefault(row["variant"], {})[row["shape"]] = row["tvm_ms"]
+    complete = {v: times for v, times in by_variant.items() if set(times) == shapes}
+    if not complete:
+        return {"variant": None, "reason": "no variant passed at every shape"}
+    variant = min(complete, key=lambda v: sum(complete[v].values()))
+    best = {shape: min(times[shape] for times in complete.values()) for shape in shapes}
+    return {"variant": variant, "tvm_ms": complete[variant],
+            "against_best": {s: round(complete[variant][s] / best[s], 3) for s in sorted(shapes)}}
+
+
 def check_model(kmodel, weights: dict, args, document: dict, device: str,
                 summary: dict, save) -> None:
     """Parts 1 and 2: every library, then the sentences end to end; ``save()`` after each."""
@@ -460,6 +478,9 @@ def main() -> None:
         save()
         summary["lstm"] = sweep(args.bundle, document, "lstm", lstm_case, args.repeat,
                                 TIGHT_RELATIVE)
+        # compile/gpu_contraction.py's tile and compile/gpu_lstm.py's DEFAULT_KERNEL, from this
+        summary["choices"] = {folder: fastest(summary[folder]) for folder in ("tiles", "lstm")}
+        print("choices", json.dumps(summary["choices"]), flush=True)
         save()
     summary["probes"] = probe_ops(args.bundle, document, device, TIGHT_RELATIVE)
     failed = [p for p in summary["probes"] if not p["passed"]]
