@@ -27,6 +27,7 @@ from kokoro_tvm.runtime.audio_file import (
 )
 from kokoro_tvm.runtime.kokoro import SPEED_RANGE, Kokoro, RequestError, check_speed
 from kokoro_tvm.runtime.model_folder import ModelFolderError
+from kokoro_tvm.runtime.speech import SpeechError
 
 
 def kokoro_tvm(*args: str, stdin: str | None = None, cwd: Path | None = None
@@ -245,7 +246,7 @@ def test_api_create_and_stream_in_kokoro_onnx_style(built):
     assert len(engine.calls) == 4
 
 
-def test_api_refuses_a_negative_seed_and_an_unbuilt_lstm_before_any_work(broken_model):
+def test_api_refuses_bad_arguments_and_an_unbuilt_lstm_before_any_work(broken_model):
     """The folder's libraries are corrupt: either check running after a load would fail on that
     instead."""
     engine = ToneEngine()
@@ -254,6 +255,8 @@ def test_api_refuses_a_negative_seed_and_an_unbuilt_lstm_before_any_work(broken_
         next(tts.stream("Hello.", seed=-1))
     with pytest.raises(RequestError, match="seed 1.5 is not a whole number"):
         tts.create("Hello.", seed=1.5)
+    with pytest.raises(SpeechError, match="the text is a bytes: give a str"):
+        tts.create(b"Hello.")
     assert engine.calls == []
     with pytest.raises(ModelFolderError, match="no libraries with LSTM lowering 'tir_vecc'"):
         Kokoro(broken_model, lstm="tir_vecc")

@@ -60,7 +60,9 @@ def check_request(folder: ModelFolder, text: str, voice: str, speed: float, lang
                   seed: int = 0) -> tuple[float, str]:
     """The speed and language of a request to ``folder``'s model, after checking every
     argument (none needs the model loaded)."""
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
+        raise SpeechError(f"the text is a {type(text).__name__}: give a str of words to speak")
+    if not text.strip():
         raise SpeechError("the text is empty: give some words to speak")
     check_seed(seed)
     check_voice(voice, folder)
