@@ -26,7 +26,7 @@ from kokoro_tvm.model.components import (
     reference_values,
     run_reference,
 )
-from kokoro_tvm.model.patches import PATCHES, patched
+from kokoro_tvm.model.patches import PATCHES, merged_noise, patched, spread_noise
 from kokoro_tvm.model.wrappers import DecoderWrapper, TextEncoderWrapper
 from kokoro_tvm.stages.common import load_ir
 
@@ -237,8 +237,10 @@ def test_patched_restores_originals():
 
 
 def test_decoder_split_and_noise_inputs_reproduce_kokoro(tiny_kmodel):
-    """Kokoro's decoder drawing its own noise == our source+body fed the same draws."""
+    """Kokoro's decoder drawing its own noise == our source+body fed the same draws, merged
+    into the one channel the libraries take."""
     inputs = COMPONENTS["decoder"].example_inputs(tiny_kmodel, BUCKET, 3)
+    weight = tiny_kmodel.decoder.generator.m_source.l_linear.weight.detach()
     with torch.no_grad():
         torch.manual_seed(7)
         expected = tiny_kmodel.decoder(inputs["asr"], inputs["f0"], inputs["n"], inputs["s"])
@@ -246,12 +248,29 @@ def test_decoder_split_and_noise_inputs_reproduce_kokoro(tiny_kmodel):
         phase_noise = torch.rand(inputs["phase_noise"].shape)
         # Kokoro's randn_like fills a [1, samples, harmonics] view of [1, harmonics, samples]
         # memory, and torch draws different values into strided memory.
-        batch, samples, harmonics = inputs["sine_noise"].shape
-        sine_noise = torch.empty(batch, harmonics, samples).transpose(1, 2).normal_()
+        batch, samples, _ = inputs["sine_noise"].shape
+        harmonics = phase_noise.shape[1]
+        draws = torch.empty(batch, harmonics, samples).transpose(1, 2).normal_()
         with patched(COMPONENTS["decoder"].patches):
             got = DecoderWrapper(tiny_kmodel)(inputs["asr"], inputs["f0"], inputs["n"],
-                                              inputs["s"], phase_noise, sine_noise)
+                                              inputs["s"], phase_noise,
+                                              merged_noise(draws, weight))
     torch.testing.assert_close(got, expected[:, 0], rtol=0, atol=1e-5 * expected.abs().max())
+
+
+def test_merged_noise_is_standard_normal_and_spreads_back():
+    """One N(0, 1) draw per sample stands for Kokoro's per-harmonic ones (the libraries take
+    that; numpy draws it), and spreading it over the harmonics gives draws that Kokoro's linear
+    layer merges into it again."""
+    weight = torch.tensor([[0.3, -1.2, 0.05, 0.7, 0.0, -0.4, 2.0, 0.1, -0.9]])
+    draws = torch.randn(1, 400_000, 9, generator=torch.Generator().manual_seed(0))
+    merged = merged_noise(draws, weight)
+    assert merged.shape == (1, 400_000, 1)
+    assert abs(float(merged.mean())) < 0.01 and abs(float(merged.std()) - 1) < 0.01
+    spread = spread_noise(merged, weight)
+    assert spread.shape == draws.shape
+    torch.testing.assert_close(merged_noise(spread, weight), merged)
+    torch.testing.assert_close(spread @ weight.T, merged * weight.norm())
 
 
 def test_packed_lstm_patch_is_kokoro_at_full_length(tiny_kmodel):

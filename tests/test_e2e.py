@@ -21,7 +21,7 @@ from transcribe import transcribe, word_error_rate
 from kokoro_tvm import paths
 from kokoro_tvm.facts import SAMPLE_RATE, SAMPLES_PER_FRAME
 from kokoro_tvm.measure.metrics import INT8_SNR_DB_CAP, snr_db
-from kokoro_tvm.model.reference import TorchEngine, kokoro_noise
+from kokoro_tvm.model.reference import TorchEngine
 from kokoro_tvm.runtime.engine import TvmEngine
 from kokoro_tvm.runtime.g2p import phonemizer, token_ids
 from kokoro_tvm.runtime.model_folder import AssetFolder, ModelFolder
@@ -150,11 +150,11 @@ def test_either_bucket_gives_pytorchs_exact_length_result(real_built):
     assets = AssetFolder.of_build(real_built)
     ids = token_ids(phonemizer("en-us")(SHORT_SENTENCE), assets.vocab)
     ref_s = style_for(load_voice("af_heart", assets), len(ids))
-    want, want_frames = TorchEngine(real_built, disable_complex=True).synthesize_with_durations(
-        ids, ref_s, 1.0, 7)
+    torch_engine = TorchEngine(real_built, disable_complex=True)
+    want, want_frames = torch_engine.synthesize_with_durations(ids, ref_s, 1.0, 7)
     assert want_frames.sum() <= min(FRAME_BUCKETS)  # fits every bucket
     for bucket in FRAME_BUCKETS:
-        engine = TvmEngine(model_folder(real_built), noise=kokoro_noise)
+        engine = TvmEngine(model_folder(real_built), noise=torch_engine.noise)
         for component in ("f0n", "decoder"):  # only this bucket left to choose from
             buckets = engine.components[component]
             buckets.entries = {bucket: buckets.entries[bucket]}

@@ -14,7 +14,7 @@ from kokoro_tvm import paths
 from kokoro_tvm.facts import SAMPLES_PER_FRAME
 from kokoro_tvm.measure import bench_folders
 from kokoro_tvm.measure.metrics import snr_db
-from kokoro_tvm.model.reference import TorchEngine, kokoro_noise
+from kokoro_tvm.model.reference import TorchEngine
 from kokoro_tvm.runtime.engine import TvmEngine
 from kokoro_tvm.runtime.library import Library, Weights
 from kokoro_tvm.runtime.model_folder import ModelFolder, ModelFolderError
@@ -33,10 +33,10 @@ def test_runtime_matches_pytorch_at_exact_length(built, ids):
     noise draws, whether the chunk fills the 16-token and 16-frame buckets or is padded (11
     tokens, fewer frames: every component masks its padding)."""
     voice = af_heart(built, ids)
-    engine = TvmEngine(model_folder(built), noise=kokoro_noise)
+    torch_engine = TorchEngine(built, disable_complex=True)
+    engine = TvmEngine(model_folder(built), noise=torch_engine.noise)
     tvm_audio, tvm_frames = engine.synthesize_with_durations(ids, voice, SPEED, 3)
-    torch_audio, torch_frames = TorchEngine(built, disable_complex=True).synthesize_with_durations(
-        ids, voice, SPEED, 3)
+    torch_audio, torch_frames = torch_engine.synthesize_with_durations(ids, voice, SPEED, 3)
     np.testing.assert_array_equal(tvm_frames, torch_frames)
     if len(ids) + 2 == 16:
         assert tvm_frames.sum() == 16  # SPEED's purpose: the exact fit fills the frame bucket
@@ -104,7 +104,7 @@ def test_numpy_noise_is_fixed_by_the_seed_not_the_threads(monkeypatch):
     monkeypatch.setattr(engine, "NOISE_THREADS", 4)
     again = engine.numpy_noise(7, frames)
     assert np.array_equal(phases, again[0]) and np.array_equal(noise, again[1])
-    assert noise.shape == (1, 600 * frames, 9) and noise.dtype == np.float32
+    assert noise.shape == (1, 600 * frames, 1) and noise.dtype == np.float32
     assert not np.array_equal(noise, engine.numpy_noise(8, frames)[1])
     assert abs(float(noise.mean())) < 0.01 and abs(float(noise.std()) - 1) < 0.01
     # Chunks are independent streams: no chunk repeats another.
@@ -131,8 +131,10 @@ def test_a_chunks_start_decodes_alone_as_pytorchs_decoder_does(built):
 
     frames = 10  # of 16, in the 16-frame bucket
     assert (tvm.decode_frames(frames), torch_engine.decode_frames(frames)) == (16, frames)
-    # KModel draws the window's noise after the seed, as kokoro_noise does for that many frames.
-    window_noise = TvmEngine(model_folder(built), noise=lambda seed, _: kokoro_noise(seed, frames))
+    # KModel draws the window's noise after the seed, as TorchEngine.noise does for that many
+    # frames.
+    window_noise = TvmEngine(model_folder(built),
+                             noise=lambda seed, _: torch_engine.noise(seed, frames))
     window = window_noise.decode(window_noise.prosody(IDS, voice, SPEED, 3), frames)
     expected = torch_engine.decode(reference, frames)
     assert window.shape == expected.shape == (600 * frames,)

@@ -15,7 +15,7 @@ def spectrogram_comparison(root: PathLike, target: str, sentence: str, voice: st
 
     from kokoro_tvm import paths
     from kokoro_tvm.measure.metrics import log_mel, snr_db
-    from kokoro_tvm.model.reference import TorchEngine, kokoro_noise
+    from kokoro_tvm.model.reference import TorchEngine
     from kokoro_tvm.runtime.engine import TvmEngine
     from kokoro_tvm.runtime.g2p import phonemizer, token_ids
     from kokoro_tvm.runtime.model_folder import AssetFolder
@@ -24,9 +24,10 @@ def spectrogram_comparison(root: PathLike, target: str, sentence: str, voice: st
     assets = AssetFolder.of_build(root)
     ids = token_ids(phonemizer("en-us")(sentence), assets.vocab)
     ref_s = style_for(load_voice(voice, assets), len(ids))
+    torch_engine = TorchEngine(root, disable_complex=True)
     tvm_audio = TvmEngine(paths.artifact(paths.DIST, root, target=target),
-                          noise=kokoro_noise).synthesize(ids, ref_s, 1.0, seed)
-    torch_audio = TorchEngine(root, disable_complex=True).synthesize(ids, ref_s, 1.0, seed)
+                          noise=torch_engine.noise).synthesize(ids, ref_s, 1.0, seed)
+    torch_audio = torch_engine.synthesize(ids, ref_s, 1.0, seed)
     figures = {"snr_db": round(snr_db(tvm_audio, torch_audio), 2),
                "seconds": round(len(torch_audio) / SAMPLE_RATE, 3)}
     tvm_mel, torch_mel = log_mel(tvm_audio), log_mel(torch_audio)

@@ -152,6 +152,6 @@ def decoder_inputs(kmodel, F, seed) -> dict[str, torch.Tensor]:
         "n": n[:, steps],
         "s": ref_s[:, :dims["style"]],
         "phase_noise": torch.rand(1, dims["harmonics"], generator=g),
-        "sine_noise": torch.randn(1, samples, dims["harmonics"], generator=g),
+        "sine_noise": torch.randn(1, samples, 1, generator=g),  # merged (patches.py)
         "frame_mask": _frame_mask(F, g),
     }

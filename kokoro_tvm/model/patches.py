@@ -58,12 +58,30 @@ def _packed_lstm() -> list[Replacement]:
             (nn.LSTM, "forward", lstm_forward)]
 
 
+def merged_noise(draws: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Kokoro's Gaussian draws [B, samples, harmonics] as the one channel the libraries take
+    ([B, samples, 1], still N(0, 1)): their sum weighted by SourceModuleHnNSF's linear layer
+    (``weight`` [1, harmonics]), over that weight's norm."""
+    return draws @ weight.T / weight.norm()
+
+
+def spread_noise(noise: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Draws over the harmonics [B, samples, harmonics] that Kokoro's linear layer merges into
+    ``noise`` [B, samples, 1] times the weight's norm, as the patched SineGen does with it:
+    unpatched Kokoro run on these computes what the patched one computes on ``noise``."""
+    return noise * (weight / weight.norm())
+
+
 def _sinegen_noise_inputs() -> list[Replacement]:
     """SineGen's random draws become arguments, so the runtime passes them as graph inputs.
 
     TVM has no converter for ``torch.rand``/``randn_like``. The replacements take
     ``phase_noise`` ~ U[0,1) [B, harmonics] (the random initial phase; harmonic 0 is zeroed as in
-    Kokoro) and ``sine_noise`` ~ N(0,1) [B, samples, harmonics]. Seeding torch and drawing
+    Kokoro) and ``sine_noise`` ~ N(0,1) [B, samples, 1]. Kokoro draws a Gaussian per harmonic
+    and sample, scales all of a sample's by one amplitude and merges the harmonics with a
+    linear layer (weights w): the merged noise is that amplitude times |w| times one N(0, 1)
+    draw per sample, so the runtime draws a ninth of the values (``merged_noise`` turns
+    Kokoro's draws into this one, ``spread_noise`` back). Seeding torch and drawing
     ``torch.rand(B, harmonics)`` then ``torch.empty(B, harmonics, samples).transpose(1, 2)
     .normal_()`` reproduces Kokoro's draws exactly (its ``randn_like`` fills a transposed view,
     and torch draws different values into strided memory). The noise branch of
@@ -85,16 +103,18 @@ def _sinegen_noise_inputs() -> list[Replacement]:
                               scale_factor=self.upsample_scale, mode="linear").transpose(1, 2)
         return torch.sin(phase)
 
-    def sinegen_forward(self, f0, phase_noise, sine_noise):
+    def sinegen_forward(self, f0, phase_noise):
+        """The voiced sines [B, samples, harmonics], the voicing and the noise's amplitude."""
         harmonics = torch.arange(1, self.harmonic_num + 2, dtype=f0.dtype, device=f0.device)
         sine_waves = self._f02sine(f0 * harmonics, phase_noise) * self.sine_amp
         uv = self._f02uv(f0)
-        noise = (uv * self.noise_std + (1 - uv) * self.sine_amp / 3) * sine_noise
-        return sine_waves * uv + noise, uv, noise
+        return sine_waves * uv, uv, uv * self.noise_std + (1 - uv) * self.sine_amp / 3
 
     def source_forward(self, x, phase_noise, sine_noise):
-        sine_wavs, uv, _ = self.l_sin_gen(x, phase_noise, sine_noise)
-        return self.l_tanh(self.l_linear(sine_wavs)), None, uv
+        sines, uv, amplitude = self.l_sin_gen(x, phase_noise)
+        weight = self.l_linear.weight  # [1, harmonics]
+        merged = self.l_linear(sines) + amplitude * weight.square().sum().sqrt() * sine_noise
+        return self.l_tanh(merged), None, uv
 
     return [(SineGen, "_f02sine", f02sine), (SineGen, "forward", sinegen_forward),
             (SourceModuleHnNSF, "forward", source_forward)]

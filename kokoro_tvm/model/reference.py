@@ -13,6 +13,7 @@ import torch
 from kokoro_tvm import paths
 from kokoro_tvm.facts import HARMONICS, SAMPLES_PER_FRAME
 from kokoro_tvm.model.kmodel import kmodel_from_params, load_kmodel
+from kokoro_tvm.model.patches import merged_noise
 
 
 @dataclass
@@ -87,14 +88,15 @@ class TorchEngine:
                                         n[..., :2 * frames], style)
         return audio.squeeze().numpy().astype(np.float32)
 
-
-def kokoro_noise(seed: int, frames: int) -> tuple[np.ndarray, np.ndarray]:
-    """The random draws KModel's SineGen makes after ``torch.manual_seed(seed)``, in its order:
-    initial phases, then the Gaussian noise, which ``randn_like`` draws into a transposed view
-    of [1, harmonics, samples] memory (torch draws different values into strided memory).
-    Lets the TVM runtime reproduce this engine."""
-    harmonics, samples = HARMONICS, SAMPLES_PER_FRAME * frames
-    torch.manual_seed(seed)
-    phase = torch.rand(1, harmonics)
-    sine = torch.empty(1, harmonics, samples).transpose(1, 2).normal_()
-    return phase.numpy(), sine.contiguous().numpy()
+    def noise(self, seed: int, frames: int) -> tuple[np.ndarray, np.ndarray]:
+        """The random draws this engine's SineGen makes after ``torch.manual_seed(seed)``, in
+        its order (initial phases, then the Gaussian noise, which ``randn_like`` draws into a
+        transposed view of [1, harmonics, samples] memory: torch draws different values into
+        strided memory), in the form the libraries take them (patches.merged_noise). Lets the
+        TVM runtime reproduce this engine: ``TvmEngine(folder, noise=torch_engine.noise)``."""
+        harmonics, samples = HARMONICS, SAMPLES_PER_FRAME * frames
+        torch.manual_seed(seed)
+        phase = torch.rand(1, harmonics)
+        sine = torch.empty(1, harmonics, samples).transpose(1, 2).normal_()
+        weight = self.kmodel.decoder.generator.m_source.l_linear.weight.detach()
+        return phase.numpy(), merged_noise(sine, weight).numpy()

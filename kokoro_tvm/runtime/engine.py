@@ -142,19 +142,19 @@ class Prosody:
 
 # Gaussian noise is drawn in chunks of this many samples, each from its own stream spawned from
 # the seed, by up to NOISE_THREADS threads (numpy fills arrays without the GIL): a 45 s sentence
-# needs 11 million draws, 170 ms in one thread on the GPU machine. The chunking, not the thread
-# count, fixes the values.
+# needs 1.2 million draws (one per sample: Kokoro's per-harmonic draws merged, model/patches.py).
+# The chunking, not the thread count, fixes the values.
 NOISE_CHUNK = 1 << 16
 NOISE_THREADS = min(8, os.cpu_count() or 1)
 
 
 def numpy_noise(seed: int, frames: int) -> tuple[np.ndarray, np.ndarray]:
     """SineGen's random draws for ``frames`` frames: initial phases U[0,1) [1, harmonics] and
-    Gaussian noise [1, samples, harmonics]. Those for fewer frames are a prefix of these, so a
-    chunk's start decoded alone (TvmEngine.decode) hears the same noise as the whole."""
+    Gaussian noise [1, samples, 1]. Those for fewer frames are a prefix of these, so a chunk's
+    start decoded alone (TvmEngine.decode) hears the same noise as the whole."""
     phases = np.random.default_rng(seed).random((1, HARMONICS), dtype=np.float32)
     samples = SAMPLES_PER_FRAME * frames
-    noise = np.empty((1, samples, HARMONICS), np.float32)
+    noise = np.empty((1, samples, 1), np.float32)
     starts = range(0, samples, NOISE_CHUNK)
     streams = np.random.SeedSequence(seed).spawn(len(starts))
 
@@ -172,7 +172,8 @@ class TvmEngine:
     """Kokoro from the compiled libraries of a model folder; see the module docstring.
 
     ``noise`` draws SineGen's randomness for the valid frames (padding gets zeros); the default
-    needs only numpy, ``reference.kokoro_noise`` reproduces PyTorch's draws for comparisons.
+    needs only numpy, ``TorchEngine.noise`` (model/reference.py) reproduces PyTorch's draws for
+    comparisons.
     """
 
     def __init__(self, folder: ModelFolder | str | Path, *, lstm: str | None = None,
