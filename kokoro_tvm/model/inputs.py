@@ -9,6 +9,7 @@ import torch
 
 from kokoro_tvm.facts import HARMONICS
 from kokoro_tvm.model.kmodel import model_device
+from kokoro_tvm.model.patches import merged_noise
 
 # Std of ref_s entries: kokoro-js@1.2.1's voice packs measure 0.16-0.23 (both halves).
 STYLE_STD = 0.2
@@ -152,6 +153,8 @@ def decoder_inputs(kmodel, F, seed) -> dict[str, torch.Tensor]:
         "n": n[:, steps],
         "s": ref_s[:, :dims["style"]],
         "phase_noise": torch.rand(1, dims["harmonics"], generator=g),
-        "sine_noise": torch.randn(1, samples, 1, generator=g),  # merged (patches.py)
+        # Kokoro's draws, one per harmonic, merged into the libraries' one channel (patches.py)
+        "sine_noise": merged_noise(torch.randn(1, samples, dims["harmonics"], generator=g),
+                                   kmodel.decoder.generator.m_source.l_linear.weight.detach().cpu()),
         "frame_mask": _frame_mask(F, g),
     }
