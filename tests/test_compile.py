@@ -26,7 +26,7 @@ from kokoro_tvm.model.components import (
     reference_values,
     run_reference,
 )
-from kokoro_tvm.model.patches import PATCHES, merged_noise, patched, spread_noise
+from kokoro_tvm.model.patches import PATCHES, merged_noise, noise_weight, patched, spread_noise
 from kokoro_tvm.model.wrappers import DecoderWrapper, TextEncoderWrapper
 from kokoro_tvm.stages.common import load_ir
 
@@ -240,7 +240,7 @@ def test_decoder_split_and_noise_inputs_reproduce_kokoro(tiny_kmodel):
     """Kokoro's decoder drawing its own noise == our source+body fed the same draws, merged
     into the one channel the libraries take."""
     inputs = COMPONENTS["decoder"].example_inputs(tiny_kmodel, BUCKET, 3)
-    weight = tiny_kmodel.decoder.generator.m_source.l_linear.weight.detach()
+    weight = noise_weight(tiny_kmodel)
     with torch.no_grad():
         torch.manual_seed(7)
         expected = tiny_kmodel.decoder(inputs["asr"], inputs["f0"], inputs["n"], inputs["s"])

@@ -9,7 +9,7 @@ import torch
 
 from kokoro_tvm.facts import HARMONICS
 from kokoro_tvm.model.kmodel import model_device
-from kokoro_tvm.model.patches import merged_noise
+from kokoro_tvm.model.patches import merged_noise, noise_weight
 
 # Std of ref_s entries: kokoro-js@1.2.1's voice packs measure 0.16-0.23 (both halves).
 STYLE_STD = 0.2
@@ -155,6 +155,6 @@ def decoder_inputs(kmodel, F, seed) -> dict[str, torch.Tensor]:
         "phase_noise": torch.rand(1, dims["harmonics"], generator=g),
         # Kokoro's draws, one per harmonic, merged into the libraries' one channel (patches.py)
         "sine_noise": merged_noise(torch.randn(1, samples, dims["harmonics"], generator=g),
-                                   kmodel.decoder.generator.m_source.l_linear.weight.detach().cpu()),
+                                   noise_weight(kmodel).cpu()),
         "frame_mask": _frame_mask(F, g),
     }

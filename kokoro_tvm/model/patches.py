@@ -58,6 +58,11 @@ def _packed_lstm() -> list[Replacement]:
             (nn.LSTM, "forward", lstm_forward)]
 
 
+def noise_weight(kmodel) -> torch.Tensor:
+    """SourceModuleHnNSF's linear weight [1, harmonics], which merges the harmonics' noise."""
+    return kmodel.decoder.generator.m_source.l_linear.weight.detach()
+
+
 def merged_noise(draws: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """Kokoro's Gaussian draws [B, samples, harmonics] as the one channel the libraries take
     ([B, samples, 1], still N(0, 1)): their sum weighted by SourceModuleHnNSF's linear layer

@@ -13,7 +13,7 @@ import torch
 from kokoro_tvm import paths
 from kokoro_tvm.facts import HARMONICS, SAMPLES_PER_FRAME
 from kokoro_tvm.model.kmodel import kmodel_from_params, load_kmodel
-from kokoro_tvm.model.patches import merged_noise
+from kokoro_tvm.model.patches import merged_noise, noise_weight
 
 
 @dataclass
@@ -98,5 +98,4 @@ class TorchEngine:
         torch.manual_seed(seed)
         phase = torch.rand(1, harmonics)
         sine = torch.empty(1, harmonics, samples).transpose(1, 2).normal_()
-        weight = self.kmodel.decoder.generator.m_source.l_linear.weight.detach()
-        return phase.numpy(), merged_noise(sine, weight).numpy()
+        return phase.numpy(), merged_noise(sine, noise_weight(self.kmodel)).numpy()

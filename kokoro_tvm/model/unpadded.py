@@ -7,7 +7,7 @@ from typing import Iterator
 
 import torch
 
-from kokoro_tvm.model.patches import spread_noise
+from kokoro_tvm.model.patches import noise_weight, spread_noise
 
 
 def _lengths_of(x: torch.Tensor) -> torch.Tensor:
@@ -58,6 +58,5 @@ def _given_draws(phase_noise: torch.Tensor, sine_noise: torch.Tensor) -> Iterato
 
 def kokoro_decoder(kmodel, asr, f0, n, s, phase_noise, sine_noise, frame_mask):
     """``sine_noise`` is the libraries' one channel, spread over the harmonics for Kokoro."""
-    weight = kmodel.decoder.generator.m_source.l_linear.weight.detach()
-    with _given_draws(phase_noise, spread_noise(sine_noise, weight)):
+    with _given_draws(phase_noise, spread_noise(sine_noise, noise_weight(kmodel))):
         return kmodel.decoder(asr, f0, n, s)[:, 0]
