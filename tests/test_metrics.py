@@ -1,9 +1,16 @@
-"""The relative error every check judges by (validation, the GPU check's probes and sweeps)."""
+"""The metrics every check judges by (validation, the GPU check's probes and sweeps): the
+relative error, and the waveform's SNR bar from PyTorch's own probes."""
 from __future__ import annotations
 
 import numpy as np
 
-from kokoro_tvm.measure.metrics import relative_error, tight_metrics
+from kokoro_tvm.measure.metrics import (
+    SPECTRAL_TOLERANCES,
+    relative_error,
+    snr_db,
+    spectral_metrics,
+    tight_metrics,
+)
 
 
 def test_relative_error_is_the_worst_error_over_the_references_scale():
@@ -29,3 +36,36 @@ def test_a_nan_output_fails_the_tight_bar():
     assert tight_metrics(out, ref, 1e-4)["relative_error"]["passed"]
     out[3] = np.nan
     assert not tight_metrics(out, ref, 1e-4)["relative_error"]["passed"]
+
+
+def _at_snr(ref: np.ndarray, snr: float, seed: int) -> np.ndarray:
+    """``ref`` plus noise of exactly ``snr`` dB."""
+    noise = np.random.default_rng(seed).standard_normal(ref.shape)
+    return ref + noise * np.linalg.norm(ref) / np.linalg.norm(noise) * 10 ** (-snr / 20)
+
+
+def test_the_snr_bar_rests_on_the_probe_that_reacts_most():
+    """One probe's SNR varies by 10-15 dB with the change (docs/decisions.md, Fidelity): the bar
+    is the probes' lowest SNR minus 10 dB, so a probe that happens to react little (28 dB) does
+    not fail a library as close as PyTorch is to itself (12 dB), and a far one (0 dB) still
+    fails."""
+    ref = np.sin(np.linspace(0, 300, 24000))
+    probes = np.stack([_at_snr(ref, snr, seed) for seed, snr in enumerate((28.0, 14.0))])
+    below = SPECTRAL_TOLERANCES["snr_below_probe_db"]
+    found = spectral_metrics(_at_snr(ref, 12.0, 9), ref, probes)
+    assert np.isclose(found["probe_snr_db"]["value"], 14.0)
+    assert np.isclose(found["probe_snr_db_max"]["value"], 28.0)
+    assert np.isclose(found["snr_db"]["tolerance"], 14.0 - below)
+    assert found["snr_db"]["passed"]
+    assert not spectral_metrics(_at_snr(ref, 12.0, 9), ref, probes[:1])["snr_db"]["passed"]
+    assert not spectral_metrics(_at_snr(ref, 0.0, 9), ref, probes)["snr_db"]["passed"]
+
+
+def test_the_snr_bar_is_capped():
+    """Waveforms that barely react to the probes (the tiny random model) are held to the cap."""
+    ref = np.sin(np.linspace(0, 300, 24000))
+    probes = np.stack([_at_snr(ref, 90.0, seed) for seed in range(3)])
+    found = spectral_metrics(_at_snr(ref, 35.0, 9), ref, probes)
+    assert found["snr_db"]["tolerance"] == SPECTRAL_TOLERANCES["snr_db_cap"]
+    assert found["snr_db"]["passed"] and np.isclose(snr_db(_at_snr(ref, 35.0, 9), ref), 35.0)
+    assert not spectral_metrics(_at_snr(ref, 25.0, 9), ref, probes)["snr_db"]["passed"]

@@ -16,6 +16,7 @@ from kokoro_tvm.compile.build import build_library
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.relax import import_programs
 from kokoro_tvm.compile.targets import make_target
+from kokoro_tvm.components import probe_inputs
 from kokoro_tvm.measure.metrics import source_metrics, spectral_metrics
 from kokoro_tvm.measure.validate import run_library
 from kokoro_tvm.model.components import COMPONENTS, _Bound, method, run_float64, run_reference
@@ -96,8 +97,9 @@ def test_wrong_sources_fail_every_bar(source):
         found = source_metrics(wrong, ref["har"].numpy(), truth, _per_frame(truth))
         assert not found["float64_error_ratio"]["passed"], name
         assert not found["float64_head_error_ratio"]["passed"], name
-        chained = spectral_metrics(audio(wrong), expected, audio(har_with(
-            f0=inputs["f0"] * (1 + DECODER.spectral_probe[1]))))
+        probes = np.stack([audio(har_with(f0=nudged["f0"]))
+                           for nudged in probe_inputs("decoder", inputs)])
+        chained = spectral_metrics(audio(wrong), expected, probes)
         assert not chained["snr_db"]["passed"], (name, chained)
 
 

@@ -7,8 +7,8 @@ Both run on the same padded example inputs (the export stage's, at one seed). Ev
 function output gets a tight check, max abs error relative to the output's scale, each function
 fed the reference values of its inputs. Components with several functions (the decoder:
 ``source`` then ``body``) also run chained, library to library, and their ``spectral_outputs``
-(the waveform) are judged by log-mel L1 and by an SNR bar relative to a probe: PyTorch against
-itself with one input changed by a rounding-sized amount (``Component.spectral_probe``). The
+(the waveform) are judged by log-mel L1 and by an SNR bar relative to probes: PyTorch against
+itself with one input changed by rounding-sized amounts (``Component.spectral_probe``). The
 decoder's ``source`` output, ill-conditioned in float32, has no tight bar: it is judged against
 its float64 truth, relative to PyTorch float32's own error (``float64_output``).
 
@@ -110,7 +110,7 @@ def _run_chained(component: Component, so_path, params_npz, inputs: dict[str, np
 def _chained(component: Component, env: dict[str, np.ndarray],
              reference: Mapping[str, np.ndarray], snr_cap: float) -> dict[str, dict[str, Any]]:
     """Spectral metrics on the valid part of the chained run's final waveform ``env``, against
-    the padded PyTorch run's (the probe is taken at exact length: ``reference_values``)."""
+    the padded PyTorch run's (the probes are taken at exact length: ``reference_values``)."""
     length = valid_length(component.name, env)
     metrics = {}
     for name in component.spectral_outputs:

@@ -165,9 +165,10 @@ def reference_values(kmodel, name: str, env: dict[str, torch.Tensor]) -> dict[st
     - ``input.``/``output.``: the example inputs and every function's PyTorch output;
     - ``float64.``: the ``float64_output``'s float64 truth;
     - ``exact.``: unpatched Kokoro on the utterance without its padding;
-    - ``probe.``: the same with the probe input nudged (spectral outputs only): PyTorch's own
-      reaction to a rounding-sized change, taken once at exact length since the padded
-      wrapper's valid samples equal Kokoro's there (a full decoder pass saved per bucket)."""
+    - ``probe.``: the same with the probe input nudged by each of the component's changes,
+      stacked on a leading axis (spectral outputs only): PyTorch's own reaction to
+      rounding-sized changes, taken at exact length alone since the padded wrapper's valid
+      samples equal Kokoro's there (a full decoder pass saved per probe)."""
     component = COMPONENTS[name]
     inputs = {i: env[i] for i in component.inputs}
     values = {**{f"input.{i}": env[i] for i in component.inputs},
@@ -175,8 +176,10 @@ def reference_values(kmodel, name: str, env: dict[str, torch.Tensor]) -> dict[st
               **{f"float64.{o}": v for o, v in run_float64(kmodel, name, inputs).items()}}
     values.update({f"exact.{o}": v for o, v in run_exact_length(kmodel, name, inputs).items()})
     if component.spectral_outputs:
-        probe = run_exact_length(kmodel, name, probe_inputs(name, inputs))
-        values.update({f"probe.{o}": probe[o] for o in component.spectral_outputs})
+        probes = [run_exact_length(kmodel, name, nudged)
+                  for nudged in probe_inputs(name, inputs)]
+        values.update({f"probe.{o}": torch.stack([probe[o] for probe in probes])
+                       for o in component.spectral_outputs})
     return {key: value.detach().cpu().numpy() for key, value in values.items()}
 
 
