@@ -342,6 +342,50 @@ def test_gpu_check_runs_end_to_end_on_the_cpu(built, tmp_path):
     assert {p["op"] for p in summary["probes"]} == set(document["probes"])
 
 
+def test_the_bundles_runtime_loads_on_a_python_it_carries_only_a_wheel_for(tmp_path):
+    """The GPU machine's Python (3.12) is not the one that prepares the bundle, so its tvm_ffi
+    core is not in the bundle's site: check.py's setup_runtime takes tvm_ffi from the bundle's
+    wheel for that version instead. Here that Python's core is left out of a bundle's runtime
+    and its wheel downloaded as prepare.py downloads the others; a library then runs."""
+    import prepare
+
+    from kokoro_tvm.compile.build import build_library
+
+    bundle, version = tmp_path / "bundle", f"{sys.version_info.major}.{sys.version_info.minor}"
+    prepare.copy_runtime(bundle, [version])
+    cores = list((bundle / "runtime/site/tvm_ffi").glob("core.*.so"))
+    assert cores, "the bundle's site has no tvm_ffi core to leave out"
+    for core in cores:
+        core.unlink()
+    assert list((bundle / "runtime/wheels").glob("apache_tvm_ffi-*.whl")), (
+        f"pip could not download apache-tvm-ffi for Python {version} (PyPI is needed)")
+    target = make_target({"kind": "llvm"})
+    program = torch.export.export(torch.nn.Sigmoid(), (torch.zeros(4),))
+    build_library(lower(from_exported_program(program), target), target, tmp_path / "sig.so")
+    script = f"""
+import sys
+sys.path.insert(0, {str(REPO / "tools/gpu_check")!r})
+from pathlib import Path
+import check
+check.setup_runtime(Path({str(bundle)!r}))
+import numpy as np, tvm, tvm_ffi
+from tvm.runtime.vm import VirtualMachine
+vm = VirtualMachine(tvm.runtime.load_module({str(tmp_path / "sig.so")!r}), tvm.cpu())
+x = np.array([-2.0, 0.0, 1.0, 3.0], np.float32)
+out = vm["main"](tvm.runtime.tensor(x))
+out = (out[0] if isinstance(out, tvm_ffi.Array) else out).numpy()
+print(tvm_ffi.__file__, tvm.__file__)
+print(float(np.abs(out - 1 / (1 + np.exp(-x))).max()))
+"""
+    done = subprocess.run([*gpu_machine_python(tmp_path / "site"), "-c", script],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (ffi_file, tvm_file), error = done.stdout.split("\n")[-3].split(), done.stdout.split("\n")[-2]
+    assert not ffi_file.startswith(str(bundle)), ffi_file  # the wheel's, not the site's
+    assert tvm_file.startswith(str(bundle / "runtime/site")), tvm_file
+    assert float(error) <= 1e-6, error
+
+
 def test_gpu_check_refuses_a_bundle_prepared_from_other_code(tmp_path):
     """check.py compares the bundle's recorded sources with the tree it runs in before any GPU
     work, in the GPU machine's Python; ``--verify`` does only that. An edited, added or removed
