@@ -456,6 +456,32 @@ def test_lstm_sweep_runs_against_its_reference_on_the_cpu(tmp_path):
     assert valid < shape[1] and not reference()[:, valid:].any()
 
 
+@pytest.mark.parametrize("kind", ["conv1d", "conv1d_transpose"])
+def test_conv_sweep_runs_against_its_reference_on_the_cpu(tmp_path, kind):
+    """check.py's sweep over a bundle's tiles/ folder, with a convolution of conv_tiles' form
+    built for this CPU (our schedules) and PyTorch's on the CPU as reference: the reference the
+    tiles are compared with on the GPU (weight layouts, padding, the transposed form's output
+    length) agrees with a convolution known to be right."""
+    import check
+    import conv_tiles
+
+    from kokoro_tvm.compile.build import build_library
+
+    shape = ("probe", kind, 24, 16, 20 if kind == "conv1d_transpose" else 7,
+             10 if kind == "conv1d_transpose" else 1, 1 if kind == "conv1d_transpose" else 3,
+             5 if kind == "conv1d_transpose" else 9, 96)
+    target = make_target({"kind": "llvm"})
+    (tmp_path / "tiles").mkdir()
+    build_library(lower(conv_tiles.module(shape), target), target,
+                  tmp_path / "tiles" / "probe_ours.so")
+    entry = {"stem": "probe_ours", "variant": "ours", "shape": list(shape),
+             "gflop": conv_tiles.flops(shape) / 1e9}
+    (row,) = check.sweep(tmp_path, {"seed": 0, "tiles": [entry]}, "tiles", check.conv_case, 2,
+                         1e-5, device="cpu")
+    assert row["passed"] and row["relative_error"] <= 1e-5, row
+    assert row["tvm_ms"] > 0 and row["torch_ms"] > 0
+
+
 def test_the_check_chooses_the_fastest_variant_that_passes_everywhere():
     """A sweep's choice (DEFAULT_KERNEL, the conv tile): a faster variant that fails at one
     shape, or was not run there, is not chosen; with none passing everywhere, none is."""
