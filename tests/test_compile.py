@@ -19,6 +19,7 @@ from kokoro_tvm.compile.build import build_library
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.relax import import_programs
 from kokoro_tvm.compile.targets import make_target
+from kokoro_tvm.components import valid_length
 from kokoro_tvm.measure.validate import validate_component
 from kokoro_tvm.model.components import (
     COMPONENTS,
@@ -200,10 +201,16 @@ def test_export_process_reuses_freed_blocks_without_page_faults():
 
 
 def test_example_inputs_fit_the_bucket(tiny_kmodel):
+    """Every component's inputs: each length axis is the bucket's (times its positions per
+    valid one), the mask leaves some padding, and token ids are Kokoro's framing."""
     for name, component in COMPONENTS.items():
         inputs = component.example_inputs(tiny_kmodel, BUCKET, 0)
         first = component.functions[0]
         assert set(first.inputs) <= set(inputs), name
+        for key, (axis, per_valid) in component.length_axes.items():
+            if key in inputs:
+                assert inputs[key].shape[axis] == BUCKET * per_valid, (name, key)
+        assert 1 <= valid_length(name, inputs) < BUCKET, name
         if "input_ids" in inputs:
             ids = inputs["input_ids"][0]
             mask = inputs["text_mask"] if "text_mask" in inputs else inputs["attention_mask"] == 0

@@ -90,6 +90,13 @@ def test_lowered_op_matches_torch(form, target_name, channels, length, tmp_path)
     kernels = [gv.name_hint for gv, f in lowered.functions_items()
                if isinstance(f, tvm.tirx.PrimFunc) and "masked_instance_norm" in gv.name_hint]
     assert len(kernels) == 1 and "sin" in kernels[0], kernels
+    if form == "imported":  # the row-statistics schedule: every statistic in the row loop
+        script = lowered[kernels[0]].script()
+        assert "T.parallel" in script, script
+        rows = script[script.index("T.parallel"):]
+        assert not re.search(r"^    for ", rows, re.MULTILINE), script
+        assert all(f'sblock("{block}' in rows
+                   for block in ("mean_partial_update", "var_partial_update", "inv_std")), script
     build_library(lowered, target, tmp_path / "norm.so")
     library = Library(tmp_path / "norm.so", Weights(params))
     names = [p.name for p in func.params[:2]]

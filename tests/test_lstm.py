@@ -272,8 +272,17 @@ def test_recurrence_buffers_do_not_alias(make):
 
 
 def test_gpu_recurrence_buffers_do_not_alias():
-    """The one-launch GPU recurrence makes the same promise (CUDA's __restrict__)."""
-    assert recurrence_kernel_gpu(1, 4, 32).attrs[NOALIAS]
+    """The one-launch GPU recurrence makes the same promise, and its CUDA kernel takes every
+    buffer as a __restrict__ pointer."""
+    from kokoro_tvm.compile import gpu
+
+    func = recurrence_kernel_gpu(1, 4, 32)
+    assert func.attrs[NOALIAS]
+    target = make_target({"kind": "cuda", "arch": "sm_90"})
+    (source,) = gpu.cuda_sources(tvm.IRModule({"k": func.with_attr("global_symbol", "k")}),
+                                 target)
+    (signature,) = re.findall(r"__global__ .*\bk_kernel\(([^)]*)\) \{", source)
+    assert signature.count("* __restrict__ ") == len(func.params), signature
 
 
 def test_gpu_step_kernels_refuse_shapes_they_do_not_divide():

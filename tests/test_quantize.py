@@ -107,12 +107,14 @@ def test_activation_kernels_quantize_as_numpy(channels, length, left, span):
     np.testing.assert_array_equal(got, expected.astype(np.uint8))
 
 
-def _two_convs(length: int) -> tvm.IRModule:
-    """x -> conv (a generator weight) -> conv (another decoder weight), both with padding."""
+def _two_convs(length: int, first: str = GENERATOR_WEIGHT,
+               second: str = OTHER_WEIGHT) -> tvm.IRModule:
+    """x -> conv (weight ``first``: a generator residual block's) -> conv (weight ``second``:
+    another decoder weight), both with padding."""
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((1, 32, length), "float32"))
-    w1 = relax.Var(GENERATOR_WEIGHT, relax.TensorType((32, 32, 3), "float32"))
-    w2 = relax.Var(OTHER_WEIGHT, relax.TensorType((32, 32, 3), "float32"))
+    w1 = relax.Var(first, relax.TensorType((32, 32, 3), "float32"))
+    w2 = relax.Var(second, relax.TensorType((32, 32, 3), "float32"))
     with bb.function("main", [x, w1, w2], attrs={"num_input": 1}):
         with bb.dataflow():
             y = bb.emit(relax.op.nn.conv1d(x, w1, padding=3, dilation=3))
@@ -127,10 +129,18 @@ def _int8_kernels(mod: tvm.IRModule) -> list[str]:
             if isinstance(f, tvm.tirx.PrimFunc) and "vpdpbusd" in f.script()]
 
 
-def test_pass_quantizes_the_generator_convolutions_only():
+@pytest.mark.parametrize("first, second, quantized", [
+    (GENERATOR_WEIGHT, OTHER_WEIGHT, 1),
+    (GENERATOR_WEIGHT, "decoder.generator.noise_res.1.convs2.0.weight", 2),
+    (OTHER_WEIGHT, "decoder.generator.conv_post.weight", 0),
+])
+def test_pass_quantizes_the_generator_convolutions_only(first, second, quantized):
+    """Chosen by weight name: the generator's residual and noise blocks, not its conv_post nor
+    the decode blocks; and nothing at float32."""
     target = make_target({"kind": "llvm", "mcpu": "znver4"})
-    assert len(_int8_kernels(lower(_two_convs(100), target, precision="int8"))) == 1
-    assert _int8_kernels(lower(_two_convs(100), target)) == []
+    mod = _two_convs(100, first, second)
+    assert len(_int8_kernels(lower(mod, target, precision="int8"))) == quantized
+    assert _int8_kernels(lower(mod, target)) == []
 
 
 @needs_vnni

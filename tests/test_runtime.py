@@ -83,6 +83,7 @@ def test_equal_prepared_weights_are_kept_once(built):
              for a, b in zip(first, second)]
     assert all(shared == equal for shared, equal in pairs)
     assert any(shared for shared, _ in pairs)
+    assert not all(equal for _, equal in pairs)  # so unequal ones were seen not to be shared
     alone = Library(libraries[0], Weights(params)).prepared("body")
     assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(first, alone))
 
