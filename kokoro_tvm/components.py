@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from kokoro_tvm.facts import COMPONENT_NAMES, SAMPLES_PER_FRAME
+from kokoro_tvm.facts import COMPONENT_NAMES, F0_PER_FRAME, SAMPLES_PER_FRAME
 
 
 @dataclass(frozen=True)
@@ -98,14 +98,15 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in (
               length_axes={"input_ids": (1, 1), "text_mask": (1, 1), "t_en": (2, 1)}),
     Component(name="f0n", axis="frames", has_lstm=True,
               functions=(Function("main", ("en", "s", "frame_mask"), ("f0", "n")),),
-              length_axes={"en": (2, 1), "frame_mask": (1, 1), "f0": (1, 2), "n": (1, 2)}),
+              length_axes={"en": (2, 1), "frame_mask": (1, 1), "f0": (1, F0_PER_FRAME),
+                           "n": (1, F0_PER_FRAME)}),
     Component(name="decoder", axis="frames", has_lstm=False,
               functions=(Function("source", ("f0", "phase_noise", "sine_noise", "frame_mask"),
                                   ("har",), tight=False),
                          Function("body", ("asr", "f0", "n", "s", "har", "frame_mask"),
                                   ("audio",), quantizable=True)),
-              # 2 F0 values per frame; SAMPLES_PER_FRAME samples of noise and audio.
-              length_axes={"asr": (2, 1), "f0": (1, 2), "n": (1, 2), "frame_mask": (1, 1),
+              length_axes={"asr": (2, 1), "f0": (1, F0_PER_FRAME), "n": (1, F0_PER_FRAME),
+                           "frame_mask": (1, 1),
                            "sine_noise": (1, SAMPLES_PER_FRAME),
                            "audio": (1, SAMPLES_PER_FRAME)},
               spectral_outputs=("audio",), spectral_probe=("f0", (1e-6, -1e-6)),

@@ -6,12 +6,14 @@ Every error names the offending key and says how to fix it, and is raised before
 from __future__ import annotations
 
 import importlib.resources
+import json
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
+from kokoro_tvm.assets.model_config import KOKORO_82M, frame_size_error, merge
 from kokoro_tvm.assets.voices import KNOWN_NPM_VOICES, VOICE_FILE_SUFFIXES, folder_voice_file
 from kokoro_tvm.errors import UserError
 
@@ -87,9 +89,23 @@ def _require_file(config: dict[str, Any], section: str, key: str, base: Path) ->
 
 
 def _check_weights(config: dict[str, Any], base: Path) -> None:
-    if config["weights"]["source"] == "path":
+    weights = config["weights"]
+    if weights["source"] == "path":
         _require_file(config, "weights", "checkpoint", base)
         _require_file(config, "weights", "model_config", base)
+        key = "weights.model_config"
+        try:
+            model = json.loads((base / weights["model_config"]).read_text())
+            error = frame_size_error(model)
+        except (ValueError, KeyError, TypeError) as err:
+            raise ConfigError(f"config key '{key}': not a Kokoro config.json ({err!r})") from err
+    elif weights["source"] == "random":
+        key = "weights.random_model"
+        error = frame_size_error(merge(KOKORO_82M, weights.get("random_model") or {}))
+    else:
+        return
+    if error is not None:
+        raise ConfigError(f"config key '{key}': {error}")
 
 
 def _check_voices(config: dict[str, Any], base: Path) -> None:

@@ -2,7 +2,8 @@
 tests use.
 
 Each pattern is a ``str.format`` template whose fields are the artifact's dimensions; Snakemake
-rules use the same strings as wildcard patterns. No other module composes an artifact path.
+rules use the same strings as wildcard patterns. No other module of the package composes an
+artifact path (tools/gpu_check keeps its bundle in results/gpu_check, outside the pipeline).
 """
 from __future__ import annotations
 

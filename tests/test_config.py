@@ -1,6 +1,7 @@
 """A bad config fails before any job runs, with a message that names the key."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -8,7 +9,7 @@ import pytest
 import yaml
 from conftest import REPO, TINY, run_snakemake
 
-from kokoro_tvm.assets.model_config import merge
+from kokoro_tvm.assets.model_config import KOKORO_82M, merge
 from kokoro_tvm.assets.sources import SOURCE_OPTIONS, SOURCES
 from kokoro_tvm.assets.voices import VOICE_SOURCES
 from kokoro_tvm.config import ConfigError, validate_config
@@ -42,6 +43,9 @@ BAD_CONFIGS = {
     "misspelt target option": ({"target_options": {"llvm": {
         "kind": "llvm", "mcpu": "host", "precison": "int8"}}}, "target_options.llvm"),
     "token bucket past Kokoro's context": ({"buckets": {"bert": [64, 513]}}, "buckets.bert[1]"),
+    "frames of another size": ({"weights": {"source": "random", "random_model": {
+        "istftnet": {"upsample_rates": [8, 6]}}}, "voices": {"source": "random"}},
+                               "weights.random_model"),
 }
 
 
@@ -87,10 +91,19 @@ def test_random_voices_need_random_weights():
 
 
 def test_path_source_accepts_existing_files(tmp_path):
+    """A checkpoint and a Kokoro config.json whose frames are Kokoro's size; any other
+    model_config is refused, naming the key."""
     (tmp_path / "w.pth").write_bytes(b"")
     (tmp_path / "c.json").write_text("{}")
     config = load_config(REPO / "config.yaml")
     config["weights"].update(source="path", checkpoint="w.pth", model_config="c.json")
+    with pytest.raises(ConfigError, match="'weights.model_config': not a Kokoro config.json"):
+        validate_config(config, base=tmp_path)
+    (tmp_path / "c.json").write_text(json.dumps(merge(KOKORO_82M, {
+        "istftnet": {"gen_istft_hop_size": 4}})))
+    with pytest.raises(ConfigError, match="'weights.model_config': .* 480 samples per frame"):
+        validate_config(config, base=tmp_path)
+    (tmp_path / "c.json").write_text(json.dumps(KOKORO_82M))
     assert validate_config(config, base=tmp_path) is config
 
 

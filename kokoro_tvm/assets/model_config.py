@@ -10,7 +10,10 @@ from __future__ import annotations
 import copy
 import importlib.resources
 import json
+import math
 from typing import Any
+
+from kokoro_tvm.facts import F0_PER_FRAME, SAMPLES_PER_FRAME
 
 KOKORO_82M: dict[str, Any] = {
     "istftnet": {
@@ -67,3 +70,16 @@ def kokoro_config(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     config = merge(KOKORO_82M, overrides or {})
     config["vocab"] = load_vocab()
     return config
+
+
+def frame_size_error(config: dict[str, Any]) -> str | None:
+    """Why a Kokoro config's audio frames are not SAMPLES_PER_FRAME samples long (the runtime
+    and validation cut audio by it), or None."""
+    ist = config["istftnet"]
+    samples = F0_PER_FRAME * math.prod(ist["upsample_rates"]) * ist["gen_istft_hop_size"]
+    if samples == SAMPLES_PER_FRAME:
+        return None
+    return (f"istftnet.upsample_rates {ist['upsample_rates']} and gen_istft_hop_size "
+            f"{ist['gen_istft_hop_size']} make {samples} samples per frame; kokoro_tvm runs "
+            f"Kokoro's {SAMPLES_PER_FRAME} ({F0_PER_FRAME} x 10 x 6 x 5): keep those keys as "
+            "Kokoro-82M has them")

@@ -34,6 +34,7 @@ from tvm import relax
 from tvm.script import tirx as T
 
 from kokoro_tvm.compile import fastmath
+from kokoro_tvm.facts import LSTM_METHOD_NAMES
 from kokoro_tvm.model.custom_ops import PACKED_LSTM, converter_key
 
 if TYPE_CHECKING:  # lowering loads this module without PyTorch (stages/common.without_torch)
@@ -311,3 +312,4 @@ LSTM_METHODS: dict[str, LstmMethod] = {
     "tir": LstmMethod(_decompose, {CONVERTER_KEY: convert_tir}),
     "tir_vec": LstmMethod(_decompose, {CONVERTER_KEY: convert_tir_vec}),
 }
+assert set(LSTM_METHODS) == set(LSTM_METHOD_NAMES)

@@ -2,12 +2,12 @@
 bucket, seed) triple names one input set; export, validation and tests share it."""
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
-from kokoro_tvm.facts import HARMONICS
+from kokoro_tvm.assets.model_config import frame_size_error
+from kokoro_tvm.facts import F0_PER_FRAME, HARMONICS, SAMPLES_PER_FRAME
 from kokoro_tvm.model.kmodel import model_device
 from kokoro_tvm.model.patches import merged_noise, noise_weight
 
@@ -17,13 +17,13 @@ STYLE_STD = 0.2
 
 def model_dims(config: dict[str, Any]) -> dict[str, Any]:
     """The sizes the inputs depend on, from a Kokoro config."""
-    ist = config["istftnet"]
+    error = frame_size_error(config)
+    if error is not None:
+        raise ValueError(f"this model cannot be compiled: {error}")
     return {
         "token_ids": sorted({int(i) for i in config["vocab"].values() if int(i) > 0}),
         "hidden": config["hidden_dim"],
         "style": config["style_dim"],
-        # F0 runs at 2 per asr frame; the generator upsamples it by prod(rates) * hop.
-        "samples_per_frame": 2 * math.prod(ist["upsample_rates"]) * ist["gen_istft_hop_size"],
         "harmonics": HARMONICS,
     }
 
@@ -145,8 +145,8 @@ def decoder_inputs(kmodel, F, seed) -> dict[str, torch.Tensor]:
     longest = kmodel.bert.config.max_position_embeddings - 2  # the two boundary pads
     asr, f0, n = _kokoro_decoder_features(kmodel, min(longest, max(1, F // 3)), ref_s, g)
     frames = torch.arange(F) % asr.shape[-1]
-    steps = torch.arange(2 * F) % f0.shape[-1]
-    samples = dims["samples_per_frame"] * F
+    steps = torch.arange(F0_PER_FRAME * F) % f0.shape[-1]
+    samples = SAMPLES_PER_FRAME * F
     return {
         "asr": asr[:, :, frames],
         "f0": f0[:, steps],

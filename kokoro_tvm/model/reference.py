@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from kokoro_tvm import paths
-from kokoro_tvm.facts import HARMONICS, SAMPLES_PER_FRAME
+from kokoro_tvm.facts import F0_PER_FRAME, HARMONICS, SAMPLES_PER_FRAME
 from kokoro_tvm.model.kmodel import kmodel_from_params, load_kmodel
 from kokoro_tvm.model.patches import merged_noise, noise_weight
 
@@ -84,8 +84,9 @@ class TorchEngine:
         frames = asr.shape[-1] if frames is None else frames
         torch.manual_seed(prosody.seed)
         with torch.inference_mode():
-            audio = self.kmodel.decoder(asr[..., :frames], f0[..., :2 * frames],
-                                        n[..., :2 * frames], style)
+            steps = F0_PER_FRAME * frames
+            audio = self.kmodel.decoder(asr[..., :frames], f0[..., :steps], n[..., :steps],
+                                        style)
         return audio.squeeze().numpy().astype(np.float32)
 
     def noise(self, seed: int, frames: int) -> tuple[np.ndarray, np.ndarray]:

@@ -22,6 +22,7 @@ import numpy as np
 from kokoro_tvm import paths
 from kokoro_tvm.facts import (
     COMPONENT_NAMES,
+    F0_PER_FRAME,
     HARMONICS,
     LSTM_METHOD_NAMES,
     SAMPLES_PER_FRAME,
@@ -134,8 +135,8 @@ class Prosody:
 
     durations: np.ndarray  # frames per token, pads included
     asr: np.ndarray  # [1, 512, frames], the text encoder's features, aligned
-    f0: np.ndarray  # [1, 2 * frames]
-    n: np.ndarray  # [1, 2 * frames]
+    f0: np.ndarray  # [1, F0_PER_FRAME * frames]
+    n: np.ndarray  # [1, F0_PER_FRAME * frames]
     style: np.ndarray  # [1, 128], the decoder's half of the style
     noise: Future  # SineGen's draws for all the frames (Noise)
 
@@ -261,8 +262,8 @@ class TvmEngine:
             "en": _padded(en, bucket), "s": style_prosody,
             "frame_mask": np.arange(bucket)[None, :] >= total})  # True on padding
         self._timed("f0n", started)
-        return Prosody(frames, asr, f0[:, :2 * total], noise_n[:, :2 * total], style_decoder,
-                       noise)
+        steps = F0_PER_FRAME * total
+        return Prosody(frames, asr, f0[:, :steps], noise_n[:, :steps], style_decoder, noise)
 
     def decode_frames(self, frames: int) -> int:
         """The decoder bucket that ``frames`` frames are padded to."""
@@ -281,7 +282,8 @@ class TvmEngine:
         library = self.components["decoder"].library(bucket)
         self.decoder_frames["asked"] += frames
         self.decoder_frames["computed"] += bucket
-        common = {"f0": _padded(prosody.f0[:, :2 * frames], 2 * bucket),
+        steps, bucket_steps = F0_PER_FRAME * frames, F0_PER_FRAME * bucket
+        common = {"f0": _padded(prosody.f0[:, :steps], bucket_steps),
                   "frame_mask": np.arange(bucket)[None, :] >= frames}  # True on padding
         # A prefix of the chunk's noise is the noise of that many frames (numpy_noise).
         sine_noise = _padded(sine_noise[:, :SAMPLES_PER_FRAME * frames],
@@ -292,6 +294,6 @@ class TvmEngine:
             **common, "phase_noise": phase_noise, "sine_noise": sine_noise})
         (audio,) = library("body", {
             **common, "asr": _padded(prosody.asr[:, :, :frames], bucket),
-            "n": _padded(prosody.n[:, :2 * frames], 2 * bucket), "s": prosody.style, "har": har})
+            "n": _padded(prosody.n[:, :steps], bucket_steps), "s": prosody.style, "har": har})
         self._timed("decoder", started)
         return audio[0, :SAMPLES_PER_FRAME * frames].astype(np.float32)
