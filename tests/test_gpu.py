@@ -431,6 +431,25 @@ def test_lstm_sweep_replays_the_recurrence_in_a_cuda_graph(variant):
     assert callers and all("cuda_graph_capture" in name for name in callers), callers
 
 
+def _sweep_on_the_cpu(tmp_path: Path, folder: str, sweep, shape: tuple, case) -> None:
+    """check.py's sweep over a bundle's ``folder`` holding one module of ``sweep``
+    (lstm_kernels, conv_tiles) at ``shape``, built for this CPU with our lowering, against
+    ``case``'s PyTorch computation on the CPU: within 1e-5, and timed."""
+    import check
+
+    from kokoro_tvm.compile.build import build_library
+
+    target = make_target({"kind": "llvm"})
+    (tmp_path / folder).mkdir()
+    build_library(lower(sweep.module(shape), target), target, tmp_path / folder / "probe.so")
+    entry = {"stem": "probe", "variant": "ours", "shape": list(shape),
+             "gflop": sweep.flops(shape) / 1e9}
+    (row,) = check.sweep(tmp_path, {"seed": 0, folder: [entry]}, folder, case, 2, 1e-5,
+                         device="cpu")
+    assert row["passed"] and row["relative_error"] <= 1e-5, row
+    assert row["tvm_ms"] > 0 and row["torch_ms"] > 0
+
+
 def test_lstm_sweep_runs_against_its_reference_on_the_cpu(tmp_path):
     """check.py's sweep over a bundle's lstm/ folder, here with the sweep's module built for
     this CPU (tir_vec's own kernel) and PyTorch's LSTM on the CPU as reference (identity input
@@ -440,48 +459,25 @@ def test_lstm_sweep_runs_against_its_reference_on_the_cpu(tmp_path):
     import check
     import lstm_kernels
 
-    from kokoro_tvm.compile.build import build_library
-
     shape = ("probe", 20, 32)
-    target = make_target({"kind": "llvm"})
-    (tmp_path / "lstm").mkdir()
-    build_library(lower(lstm_kernels.module(shape), target), target,
-                  tmp_path / "lstm" / "probe_block.so")
-    entry = {"stem": "probe_block", "variant": "block", "shape": list(shape),
-             "gflop": lstm_kernels.flops(shape) / 1e9}
-    document = {"seed": 0, "lstm": [entry]}
-    (row,) = check.sweep(tmp_path, document, "lstm", check.lstm_case, 2, 1e-5, device="cpu")
-    assert row["passed"] and row["relative_error"] <= 1e-5, row
-    assert row["tvm_ms"] > 0 and row["torch_ms"] > 0
+    _sweep_on_the_cpu(tmp_path, "lstm", lstm_kernels, shape, check.lstm_case)
     inputs, reference = check.lstm_case(list(shape), 0, "cpu")
     valid = int(inputs[2][0])
     assert valid < shape[1] and not reference()[:, valid:].any()
 
 
-@pytest.mark.parametrize("kind", ["conv1d", "conv1d_transpose"])
-def test_conv_sweep_runs_against_its_reference_on_the_cpu(tmp_path, kind):
+# (name, kind, in channels, out channels, kernel, stride, dilation, padding, length)
+@pytest.mark.parametrize("shape", [("probe", "conv1d", 24, 16, 7, 1, 3, 9, 96),
+                                   ("probe", "conv1d_transpose", 24, 16, 20, 10, 1, 5, 96)])
+def test_conv_sweep_runs_against_its_reference_on_the_cpu(tmp_path, shape):
     """check.py's sweep over a bundle's tiles/ folder, with a convolution of conv_tiles' form
-    built for this CPU (our schedules) and PyTorch's on the CPU as reference: the reference the
-    tiles are compared with on the GPU (weight layouts, padding, the transposed form's output
-    length) agrees with a convolution known to be right."""
+    built for this CPU and PyTorch's on the CPU as reference: the reference the tiles are
+    compared with on the GPU (weight layouts, padding, the transposed form's output length)
+    agrees with a convolution known to be right."""
     import check
     import conv_tiles
 
-    from kokoro_tvm.compile.build import build_library
-
-    shape = ("probe", kind, 24, 16, 20 if kind == "conv1d_transpose" else 7,
-             10 if kind == "conv1d_transpose" else 1, 1 if kind == "conv1d_transpose" else 3,
-             5 if kind == "conv1d_transpose" else 9, 96)
-    target = make_target({"kind": "llvm"})
-    (tmp_path / "tiles").mkdir()
-    build_library(lower(conv_tiles.module(shape), target), target,
-                  tmp_path / "tiles" / "probe_ours.so")
-    entry = {"stem": "probe_ours", "variant": "ours", "shape": list(shape),
-             "gflop": conv_tiles.flops(shape) / 1e9}
-    (row,) = check.sweep(tmp_path, {"seed": 0, "tiles": [entry]}, "tiles", check.conv_case, 2,
-                         1e-5, device="cpu")
-    assert row["passed"] and row["relative_error"] <= 1e-5, row
-    assert row["tvm_ms"] > 0 and row["torch_ms"] > 0
+    _sweep_on_the_cpu(tmp_path, "tiles", conv_tiles, shape, check.conv_case)
 
 
 def test_the_check_chooses_the_fastest_variant_that_passes_everywhere():
