@@ -21,3 +21,51 @@ def host_machine() -> str:
     import platform
 
     return machine_name(platform.machine())
+
+
+# The instruction-set extensions code generation may use for what the libraries compute
+# (float32, int8 and int32 arithmetic, int64 indices), per architecture: LLVM's name (what a
+# target's mcpu implies) -> Linux's in /proc/cpuinfo ("flags" on x86_64, "Features" on aarch64).
+# A library built for one CPU runs on another that has every one of these that the first has.
+# Left out: system and crypto extensions, which code generation uses only through intrinsics,
+# and half and bfloat16 arithmetic and conversions (no library computes such types; add them
+# if one does).
+CPU_EXTENSIONS = {
+    "x86_64": {
+        "sse3": "pni", "ssse3": "ssse3", "sse4.1": "sse4_1", "sse4.2": "sse4_2",
+        "popcnt": "popcnt", "lzcnt": "abm", "bmi": "bmi1", "bmi2": "bmi2", "movbe": "movbe",
+        "avx": "avx", "avx2": "avx2", "fma": "fma", "avxvnni": "avx_vnni",
+        "avx512f": "avx512f", "avx512cd": "avx512cd", "avx512bw": "avx512bw",
+        "avx512dq": "avx512dq", "avx512vl": "avx512vl", "avx512vnni": "avx512_vnni",
+        "avx512ifma": "avx512ifma", "avx512vbmi": "avx512vbmi", "avx512vbmi2": "avx512_vbmi2",
+        "avx512bitalg": "avx512_bitalg", "avx512vpopcntdq": "avx512_vpopcntdq", "gfni": "gfni",
+    },
+    "aarch64": {
+        "neon": "asimd", "dotprod": "asimddp", "i8mm": "i8mm", "sve": "sve", "sve2": "sve2",
+    },
+}
+CPUINFO = "/proc/cpuinfo"
+
+
+def listed_cpu_extensions(cpuinfo: str, machine: str) -> set[str] | None:
+    """The CPU_EXTENSIONS of ``machine`` (LLVM's names) that a /proc/cpuinfo text lists for its
+    first CPU; None where it lists no extensions for that architecture."""
+    names = CPU_EXTENSIONS.get(machine)
+    key = {"x86_64": "flags", "aarch64": "Features"}.get(machine)
+    for line in cpuinfo.splitlines():
+        field, _, value = line.partition(":")
+        if names is not None and field.strip() == key:
+            listed = set(value.split())
+            return {llvm for llvm, linux in names.items() if linux in listed}
+    return None
+
+
+def host_cpu_extensions() -> set[str] | None:
+    """The CPU_EXTENSIONS this machine's CPU has, as Linux reports them (which counts only
+    those the kernel enabled); None where it cannot tell (another OS, or no such list)."""
+    try:
+        with open(CPUINFO, encoding="utf-8", errors="replace") as file:
+            cpuinfo = file.read()
+    except OSError:
+        return None
+    return listed_cpu_extensions(cpuinfo, host_machine())

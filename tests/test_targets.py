@@ -22,8 +22,10 @@ import yaml
 from conftest import OTHER_TARGETS, REPO, model_folder, run_snakemake
 
 from kokoro_tvm import paths
+from kokoro_tvm.abi import host_cpu_extensions, listed_cpu_extensions
 from kokoro_tvm.compile.devices import architecture, cannot_run_reason, lstm_methods_for
 from kokoro_tvm.compile.gpu import cuda_available
+from kokoro_tvm.compile.targets import cpu_of
 from kokoro_tvm.config import ConfigError, validate_config
 from kokoro_tvm.facts import COMPONENT_NAMES
 
@@ -99,6 +101,10 @@ def test_every_component_builds_and_validation_is_skipped(other_built, target):
     for entry in manifest["libraries"]:
         assert entry["validated"] is False and entry["passed"] is False
         assert entry["architecture"] == ("cuda:sm_90" if target == "cuda" else "aarch64")
+        # The CPU of the host code: the generic one for cuda, mcpu's extensions for aarch64.
+        assert entry["cpu"] == ({"mcpu": None, "extensions": []} if target == "cuda" else
+                                {"mcpu": "neoverse-n1",
+                                 "extensions": ["dotprod", "neon"]})
         report = json.loads((other_built / entry["validation"]).read_text())
         assert report["status"] == "skipped" and report["passed"] is False
         if target == "cuda":
@@ -119,6 +125,76 @@ def test_model_folder_of_another_architecture_is_refused(other_built):
     assert manifest["libraries"] == [] and len(manifest["left_out"]) == 5
     with pytest.raises(ModelFolderError, match="libraries for aarch64; this machine is x86_64"):
         TvmEngine(ModelFolder(folder))
+
+
+# /proc/cpuinfo of two Arm CPUs: a Neoverse N1 (AWS Graviton2) and a Cortex-A72 (Raspberry Pi 4).
+NEOVERSE_N1 = ("processor\t: 0\nBogoMIPS\t: 243.75\nFeatures\t: fp asimd evtstrm aes pmull sha1 "
+               "sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp ssbs\n")
+CORTEX_A72 = "processor\t: 0\nBogoMIPS\t: 108.00\nFeatures\t: fp asimd evtstrm crc32 cpuid\n"
+ARM = {"kind": "llvm", "mtriple": "aarch64-linux-gnu"}
+# Every x86-64 CPU with AVX2 and FMA (Haswell, Zen 1 and later).
+X86_64_V3 = {"kind": "llvm", "mcpu": "x86-64-v3"}
+
+
+def test_linux_lists_the_cpu_extensions_llvm_implies():
+    """abi.CPU_EXTENSIONS' Linux names match LLVM's: the extensions this machine's /proc/cpuinfo
+    lists (what the runtime reads) are those LLVM's name for this CPU implies (what a build
+    for mcpu: host records), and so for two Arm CPUs' lists and their mcpu."""
+    here = host_cpu_extensions()
+    assert here is not None, "Linux on x86_64 lists its CPU's flags"
+    assert here == set(cpu_of({"kind": "llvm", "mcpu": "host"})["extensions"])
+    assert {"avx2", "fma"} <= here  # the test machines' floor
+    assert listed_cpu_extensions(NEOVERSE_N1, "aarch64") == set(
+        cpu_of({**ARM, "mcpu": "neoverse-n1"})["extensions"]) == {"neon", "dotprod"}
+    assert listed_cpu_extensions(CORTEX_A72, "aarch64") == set(
+        cpu_of({**ARM, "mcpu": "cortex-a72"})["extensions"]) == {"neon"}
+    assert listed_cpu_extensions(CORTEX_A72, "x86_64") is None  # no flags line: cannot tell
+
+
+def test_validation_skips_an_mcpu_with_extensions_this_cpu_lacks(monkeypatch, tmp_path):
+    """A library for a newer mcpu than this machine's would die of an illegal instruction in
+    its validation: the validation is skipped, naming what this CPU lacks (the library is then
+    left out of the model folder, as other targets' that cannot run here)."""
+    from kokoro_tvm.compile import targets
+    from kokoro_tvm.stages.validate import validate
+
+    monkeypatch.setattr(targets, "host_cpu_extensions",
+                        lambda: set(cpu_of(X86_64_V3)["extensions"]))
+    assert targets.lacking_extensions({"kind": "llvm", "mcpu": "x86-64"}) == []
+    assert targets.lacking_extensions(X86_64_V3) == []
+    newer = {"kind": "llvm", "mcpu": "icelake-server"}
+    lacking = targets.lacking_extensions(newer)
+    assert {"avx512f", "avx512vnni"} <= set(lacking) and "avx2" not in lacking
+    report = validate("bert", "none", 16, tmp_path / "b16.so", tmp_path / "bert.npz",
+                      tmp_path / "b16.reference.npz", tmp_path / "b16.json", newer)
+    assert report["status"] == "skipped" and report["passed"] is False
+    assert report["reason"] == (f"this CPU lacks {', '.join(lacking)}, which code for mcpu "
+                                "icelake-server may use")
+    assert json.loads((tmp_path / "b16.json").read_text()) == report
+
+
+def test_model_folder_for_a_cpu_with_more_extensions_is_refused(built, monkeypatch):
+    """The manifest names the CPU the libraries were compiled for; a machine whose CPU lacks
+    one of its extensions is refused when the folder is opened, with the fix; a folder for the
+    generic CPU opens anywhere, and so does any folder where Linux does not list the CPU's."""
+    from kokoro_tvm.runtime import model_folder as folders
+
+    llvm, generic = model_folder(built), model_folder(built, "llvm_generic")
+    cpu = json.loads((llvm / "manifest.json").read_text())["cpu"]
+    assert cpu == cpu_of({"kind": "llvm", "mcpu": "host"}) and "avx2" in cpu["extensions"]
+    assert json.loads((generic / "manifest.json").read_text())["cpu"] == {
+        "mcpu": "x86-64", "extensions": []}
+    folders.ModelFolder(llvm)  # this machine built it
+    monkeypatch.setattr(folders, "host_cpu_extensions",
+                        lambda: set(cpu["extensions"]) - {"avx2", "fma"})
+    with pytest.raises(folders.ModelFolderError) as refused:
+        folders.ModelFolder(llvm)
+    assert (f"built for the CPU {cpu['mcpu']}, whose code may use avx2, fma; this machine's "
+            "CPU lacks them") in str(refused.value)
+    assert "mcpu: x86-64-v3 runs on every x86-64 CPU with AVX2 and FMA" in str(refused.value)
+    folders.ModelFolder(generic)
+    monkeypatch.setattr(folders, "host_cpu_extensions", lambda: None)
+    folders.ModelFolder(llvm)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,9 @@ from typing import Any
 import tvm
 from tvm.target import codegen
 
+from kokoro_tvm.abi import CPU_EXTENSIONS, host_cpu_extensions, host_machine
+from kokoro_tvm.compile.devices import architecture, device_kind
+
 
 def host_cpu() -> str:
     """LLVM's name for this machine's CPU."""
@@ -34,3 +37,27 @@ def make_target(options: dict[str, Any]) -> tvm.target.Target:
     """A tvm.target.Target from the dict form, resolving ``mcpu: host``."""
     return tvm.target.Target({k: v for k, v in resolve_options(options).items()
                               if k not in OWN_KEYS})
+
+
+def cpu_of(options: dict[str, Any]) -> dict[str, Any]:
+    """The CPU a target's host code is compiled for: its ``mcpu`` (None for LLVM's generic CPU)
+    and the instruction-set extensions (abi.CPU_EXTENSIONS) that mcpu implies, which the code
+    may use. A cuda target's host code is for the generic CPU of this architecture."""
+    if device_kind(options) == "cuda":
+        cpu, machine, mcpu = tvm.target.Target("llvm"), host_machine(), None
+    else:
+        cpu, machine = make_target(options), architecture(options)
+        mcpu = resolve_options(options).get("mcpu")
+    implied = {str(feature) for feature in codegen.llvm_get_cpu_features(cpu)}
+    return {"mcpu": mcpu,
+            "extensions": sorted(set(CPU_EXTENSIONS.get(machine, {})) & implied)}
+
+
+def lacking_extensions(options: dict[str, Any]) -> list[str]:
+    """The extensions a CPU target's code may use that this machine's CPU lacks (none where
+    Linux does not say which it has): a library built for an ``mcpu`` newer than this machine
+    would stop the process with an illegal instruction here."""
+    have = host_cpu_extensions()
+    if have is None or device_kind(options) != "cpu" or architecture(options) != host_machine():
+        return []
+    return sorted(set(cpu_of(options)["extensions"]) - have)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kokoro_tvm import paths
-from kokoro_tvm.abi import host_machine
+from kokoro_tvm.abi import host_cpu_extensions, host_machine
 from kokoro_tvm.atomic import sha256_file
 from kokoro_tvm.errors import UserError
 
@@ -17,6 +17,9 @@ from kokoro_tvm.errors import UserError
 FORMAT = 1
 DEFAULT_TARGET = "llvm"
 DEFAULT_MODEL = paths.DIST.format(target=DEFAULT_TARGET)
+# An mcpu whose code runs on most CPUs of an architecture, for folders that must run on several.
+PORTABLE_CPUS = {"x86_64": "x86-64-v3 runs on every x86-64 CPU with AVX2 and FMA",
+                 "aarch64": "generic runs on every 64-bit Arm CPU"}
 
 
 class ModelFolderError(UserError):
@@ -78,6 +81,17 @@ class ModelFolder:
             raise ModelFolderError(f"{self.path} holds libraries for {built_for}; this machine "
                                    f"is {here}: build that target's folder (for example "
                                    "results/dist/aarch64) and use it instead")
+        # Folders written before the manifest named their CPU are not checked.
+        cpu = self.manifest.get("cpu") or {"mcpu": None, "extensions": []}
+        have = host_cpu_extensions()
+        lacking = [] if have is None else sorted(set(cpu["extensions"]) - have)
+        if lacking:
+            raise ModelFolderError(
+                f"{self.path} holds libraries built for the CPU {cpu['mcpu']}, whose code may "
+                f"use {', '.join(lacking)}; this machine's CPU lacks them, and the libraries "
+                "would stop this process with an illegal instruction: build the folder on this "
+                "machine (mcpu: host), or for every machine it must run on by naming a CPU they "
+                f"all match in config.yaml's target_options (mcpu: {PORTABLE_CPUS[here]})")
 
     @property
     def target(self) -> str:

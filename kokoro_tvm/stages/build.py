@@ -21,7 +21,7 @@ def build(lowered_json: PathLike, params: PathLike, target_name: str,
     """results/lib/{target}/...: the code-only library and its .meta.json."""
     from kokoro_tvm.compile.build import build_library
     from kokoro_tvm.compile.devices import architecture, cross_compiler, device_kind
-    from kokoro_tvm.compile.targets import make_target
+    from kokoro_tvm.compile.targets import cpu_of, make_target
 
     mod = load_ir(lowered_json)
     target = make_target(target_options)
@@ -33,6 +33,7 @@ def build(lowered_json: PathLike, params: PathLike, target_name: str,
         **dims, **info,
         "target": target_name, "target_string": str(target), "library": str(out_so),
         "device": device_kind(target_options), "architecture": architecture(target_options),
+        "cpu": cpu_of(target_options),
         "library_sha256": sha256_file(out_so),
         "library_bytes": Path(out_so).stat().st_size,
         "params_sha256": sha256_file(params),

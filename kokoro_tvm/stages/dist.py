@@ -40,13 +40,15 @@ def _replace_folder(tmp: Path, out: Path) -> None:
         shutil.rmtree(old)
 
 
-def model_manifest(target: str, architecture: str, libraries: list[dict[str, Any]],
-                   files: dict[str, str], voices: list[str] = (),
-                   left_out: list[dict[str, Any]] = ()) -> dict[str, Any]:
+def model_manifest(target: str, architecture: str, cpu: dict[str, Any],
+                   libraries: list[dict[str, Any]], files: dict[str, str],
+                   voices: list[str] = (), left_out: list[dict[str, Any]] = ()
+                   ) -> dict[str, Any]:
     """A model folder's manifest.json, in the layout runtime/model_folder.py reads: the
     libraries (paths relative to the folder), every file's sha256, the CPU architecture the
-    libraries run on, the voices, and the libraries left out."""
-    return {"format": FORMAT, "target": target, "architecture": architecture,
+    libraries run on and the CPU their host code is compiled for (compile/targets.cpu_of), the
+    voices, and the libraries left out."""
+    return {"format": FORMAT, "target": target, "architecture": architecture, "cpu": cpu,
             "sample_rate": SAMPLE_RATE, "voices": sorted(voices), "libraries": libraries,
             "left_out": list(left_out), "files": files}
 
@@ -88,8 +90,9 @@ def write_dist(manifest: PathLike, model_config: PathLike, voices: list[PathLike
         # The CPU the libraries' host code runs on: a cuda library's is the building machine's.
         (architecture,) = {host_machine() if entry["device"] == "cuda" else entry["architecture"]
                            for entry in build["libraries"]}  # one target, one machine
-        document = model_manifest(build["target"], architecture, libraries, files, names,
-                                  left_out)
+        (cpu,) = {json.dumps(entry["cpu"], sort_keys=True) for entry in build["libraries"]}
+        document = model_manifest(build["target"], architecture, json.loads(cpu), libraries,
+                                  files, names, left_out)
         write_json(tmp / paths.MODEL_MANIFEST, document)
         os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes 0700; give the folder the usual mode
         _replace_folder(tmp, out)

@@ -15,16 +15,21 @@ def validate(component: str, lstm: str, bucket: int, library: PathLike, params: 
     """results/validate/...: the library against the PyTorch values the export stage saved for
     its bucket (``reference``); fails if not passed.
 
-    A library this machine cannot run (CUDA without a GPU, another CPU architecture) gets a
-    report with ``status: skipped``, the reason, and ``passed: false``; the job succeeds and the
-    manifest lists the library as unvalidated (the runtime refuses it)."""
+    A library this machine cannot run (CUDA without a GPU, another CPU architecture, an
+    ``mcpu`` with instruction-set extensions this CPU lacks) gets a report with ``status:
+    skipped``, the reason, and ``passed: false``; the job succeeds and the manifest lists the
+    library as unvalidated (the runtime refuses it)."""
     from kokoro_tvm.compile.devices import cannot_run_reason, device_kind, library_precision
+    from kokoro_tvm.compile.targets import lacking_extensions
     from kokoro_tvm.measure.validate import ValidationFailed, load_reference, validate_component
 
     precision = library_precision(target_options, component, bucket)
     report = {"component": component, "lstm": lstm, "bucket": bucket, "library": str(library),
               "precision": precision}
     reason = cannot_run_reason(target_options)
+    if reason is None and (lacking := lacking_extensions(target_options)):
+        reason = (f"this CPU lacks {', '.join(lacking)}, which code for mcpu "
+                  f"{target_options['mcpu']} may use")
     if reason is not None:
         report.update(status="skipped", reason=reason, metrics={}, passed=False)
         write_json(out, report)

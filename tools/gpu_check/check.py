@@ -172,7 +172,8 @@ def write_model_folder(folder: Path, bundle: Path, document: dict,
         libraries.append({**dims, "library": library, "transforms": {},
                           "params": paths.MODEL_PARAMS.format(component=case["component"]),
                           "device": "cuda" if document["target"] == "cuda" else "cpu"})
-    manifest = model_manifest(document["target"], platform.machine(), libraries, files)
+    manifest = model_manifest(document["target"], platform.machine(), document["cpu"],
+                              libraries, files)
     (folder / paths.MODEL_MANIFEST).write_text(json.dumps(manifest))
 
 

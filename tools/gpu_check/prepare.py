@@ -246,7 +246,8 @@ def prepare(root: Path, out: Path, target: str = "cuda", seed: int = 0,
               for folder, sweep in (("tiles", conv_tiles), ("lstm", lstm_kernels))}
     config = json.loads((root / paths.ASSET_CONFIG).read_text())
     document = {
-        "target": target, "seed": seed, "cases": cases, "probes": probe_signatures, **sweeps,
+        "target": target, "cpu": chosen[0]["cpu"], "seed": seed, "cases": cases,
+        "probes": probe_signatures, **sweeps,
         "weights": {c: weight_spec(root / paths.PARAMS.format(component=c)) for c in COMPONENTS},
         "sentences": sentences(config, chosen),
         "versions": {d: version(d) for d in ("apache-tvm", "apache-tvm-ffi", "torch", "kokoro")},
