@@ -51,10 +51,12 @@ def listed_cpu_extensions(cpuinfo: str, machine: str) -> set[str] | None:
     """The CPU_EXTENSIONS of ``machine`` (LLVM's names) that a /proc/cpuinfo text lists for its
     first CPU; None where it lists no extensions for that architecture."""
     names = CPU_EXTENSIONS.get(machine)
-    key = {"x86_64": "flags", "aarch64": "Features"}.get(machine)
+    if names is None:
+        return None
+    key = {"x86_64": "flags", "aarch64": "Features"}[machine]
     for line in cpuinfo.splitlines():
         field, _, value = line.partition(":")
-        if names is not None and field.strip() == key:
+        if field.strip() == key:
             listed = set(value.split())
             return {llvm for llvm, linux in names.items() if linux in listed}
     return None
@@ -69,3 +71,10 @@ def host_cpu_extensions() -> set[str] | None:
     except OSError:
         return None
     return listed_cpu_extensions(cpuinfo, host_machine())
+
+
+def lacking_cpu_extensions(extensions) -> list[str]:
+    """Those of ``extensions`` (LLVM's names) this machine's CPU lacks; none where it cannot
+    tell (host_cpu_extensions)."""
+    have = host_cpu_extensions()
+    return [] if have is None else sorted(set(extensions) - have)

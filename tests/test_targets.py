@@ -21,7 +21,7 @@ import pytest
 import yaml
 from conftest import OTHER_TARGETS, REPO, model_folder, run_snakemake
 
-from kokoro_tvm import paths
+from kokoro_tvm import abi, paths
 from kokoro_tvm.abi import host_cpu_extensions, listed_cpu_extensions
 from kokoro_tvm.compile.devices import architecture, cannot_run_reason, lstm_methods_for
 from kokoro_tvm.compile.gpu import cuda_available
@@ -158,8 +158,7 @@ def test_validation_skips_an_mcpu_with_extensions_this_cpu_lacks(monkeypatch, tm
     from kokoro_tvm.compile import targets
     from kokoro_tvm.stages.validate import validate
 
-    monkeypatch.setattr(targets, "host_cpu_extensions",
-                        lambda: set(cpu_of(X86_64_V3)["extensions"]))
+    monkeypatch.setattr(abi, "host_cpu_extensions", lambda: set(cpu_of(X86_64_V3)["extensions"]))
     assert targets.lacking_extensions({"kind": "llvm", "mcpu": "x86-64"}) == []
     assert targets.lacking_extensions(X86_64_V3) == []
     newer = {"kind": "llvm", "mcpu": "icelake-server"}
@@ -185,7 +184,7 @@ def test_model_folder_for_a_cpu_with_more_extensions_is_refused(built, monkeypat
     assert json.loads((generic / "manifest.json").read_text())["cpu"] == {
         "mcpu": "x86-64", "extensions": []}
     folders.ModelFolder(llvm)  # this machine built it
-    monkeypatch.setattr(folders, "host_cpu_extensions",
+    monkeypatch.setattr(abi, "host_cpu_extensions",
                         lambda: set(cpu["extensions"]) - {"avx2", "fma"})
     with pytest.raises(folders.ModelFolderError) as refused:
         folders.ModelFolder(llvm)
@@ -193,7 +192,7 @@ def test_model_folder_for_a_cpu_with_more_extensions_is_refused(built, monkeypat
             "CPU lacks them") in str(refused.value)
     assert "mcpu: x86-64-v3 runs on every x86-64 CPU with AVX2 and FMA" in str(refused.value)
     folders.ModelFolder(generic)
-    monkeypatch.setattr(folders, "host_cpu_extensions", lambda: None)
+    monkeypatch.setattr(abi, "host_cpu_extensions", lambda: None)
     folders.ModelFolder(llvm)
 
 

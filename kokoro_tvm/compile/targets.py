@@ -12,7 +12,7 @@ from typing import Any
 import tvm
 from tvm.target import codegen
 
-from kokoro_tvm.abi import CPU_EXTENSIONS, host_cpu_extensions, host_machine
+from kokoro_tvm.abi import CPU_EXTENSIONS, host_machine, lacking_cpu_extensions
 from kokoro_tvm.compile.devices import architecture, device_kind
 
 
@@ -57,7 +57,6 @@ def lacking_extensions(options: dict[str, Any]) -> list[str]:
     """The extensions a CPU target's code may use that this machine's CPU lacks (none where
     Linux does not say which it has): a library built for an ``mcpu`` newer than this machine
     would stop the process with an illegal instruction here."""
-    have = host_cpu_extensions()
-    if have is None or device_kind(options) != "cpu" or architecture(options) != host_machine():
+    if device_kind(options) != "cpu" or architecture(options) != host_machine():
         return []
-    return sorted(set(cpu_of(options)["extensions"]) - have)
+    return lacking_cpu_extensions(cpu_of(options)["extensions"])

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kokoro_tvm import paths
-from kokoro_tvm.abi import host_cpu_extensions, host_machine
+from kokoro_tvm.abi import host_machine, lacking_cpu_extensions
 from kokoro_tvm.atomic import sha256_file
 from kokoro_tvm.errors import UserError
 
@@ -83,9 +83,7 @@ class ModelFolder:
                                    "results/dist/aarch64) and use it instead")
         # Folders written before the manifest named their CPU are not checked.
         cpu = self.manifest.get("cpu") or {"mcpu": None, "extensions": []}
-        have = host_cpu_extensions()
-        lacking = [] if have is None else sorted(set(cpu["extensions"]) - have)
-        if lacking:
+        if lacking := lacking_cpu_extensions(cpu["extensions"]):
             raise ModelFolderError(
                 f"{self.path} holds libraries built for the CPU {cpu['mcpu']}, whose code may "
                 f"use {', '.join(lacking)}; this machine's CPU lacks them, and the libraries "
