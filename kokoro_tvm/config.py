@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -108,8 +109,36 @@ def _check_weights(config: dict[str, Any], base: Path) -> None:
         raise ConfigError(f"config key '{key}': {error}")
 
 
+def _all_voices(voices: dict[str, Any], base: Path) -> list[str]:
+    """Every voice of the source, for ``names: all``: an npm release's (KNOWN_NPM_VOICES), or
+    the voice files of a path folder."""
+    if voices["source"] == "npm" and voices.get("npm_package") in KNOWN_NPM_VOICES:
+        return list(KNOWN_NPM_VOICES[voices["npm_package"]])
+    if voices["source"] == "path":
+        name = re.compile(schema()["properties"]["voices"]["properties"]["names"]["items"]
+                          ["pattern"])
+        names = sorted({path.stem for path in (base / voices["folder"]).iterdir()
+                        if path.suffix in VOICE_FILE_SUFFIXES and name.fullmatch(path.stem)})
+        if names:
+            return names
+        raise ConfigError(f"config key 'voices.names': all, but '{voices['folder']}' holds no "
+                          f"voice files ({{name}}{', '.join(VOICE_FILE_SUFFIXES)})")
+    source = voices["source"]
+    what = f"npm package {voices.get('npm_package')}" if source == "npm" else f"source '{source}'"
+    raise ConfigError(f"config key 'voices.names': all needs the source's list of voices, known "
+                      f"for npm packages {', '.join(KNOWN_NPM_VOICES)} and path folders, not for "
+                      f"{what}: list the names")
+
+
 def _check_voices(config: dict[str, Any], base: Path) -> None:
     voices = config["voices"]
+    folder = voices.get("folder")
+    if voices["source"] == "path" and (not folder or not (base / folder).is_dir()):
+        raise ConfigError(f"config key 'voices.folder': '{folder}' is not a folder; set it to "
+                          f"the folder holding {{name}}{', '.join(VOICE_FILE_SUFFIXES)} "
+                          "voice files")
+    if voices["names"] == "all":
+        voices["names"] = _all_voices(voices, base)
     names = voices["names"]
     if voices["source"] == "npm" and voices.get("npm_package") in KNOWN_NPM_VOICES:
         known = KNOWN_NPM_VOICES[voices["npm_package"]]
@@ -118,11 +147,6 @@ def _check_voices(config: dict[str, Any], base: Path) -> None:
                 raise ConfigError(f"config key 'voices.names[{i}]': unknown voice '{name}'; "
                                   f"{voices['npm_package']} has: {', '.join(known)}")
     if voices["source"] == "path":
-        folder = voices.get("folder")
-        if not folder or not (base / folder).is_dir():
-            raise ConfigError(f"config key 'voices.folder': '{folder}' is not a folder; set it to "
-                              f"the folder holding {{name}}{', '.join(VOICE_FILE_SUFFIXES)} "
-                              "voice files")
         for i, name in enumerate(names):
             if folder_voice_file(base / folder, name) is None:
                 raise ConfigError(f"config key 'voices.names[{i}]': no "
@@ -166,7 +190,8 @@ def check_precision(target: str, options: dict[str, Any]) -> None:
 
 def validate_config(config: dict[str, Any], base: str | Path = ".") -> dict[str, Any]:
     """Raises ConfigError naming the key if ``config`` cannot work; returns it, with booleans
-    and numbers given as strings on Snakemake's command line typed (in place).
+    and numbers given as strings on Snakemake's command line typed and ``voices.names: all``
+    replaced by the source's voices (in place).
 
     ``base`` is the folder relative paths in the config are taken from (Snakemake's workdir).
     """

@@ -11,7 +11,7 @@ from conftest import REPO, TINY, run_snakemake
 
 from kokoro_tvm.assets.model_config import KOKORO_82M, merge
 from kokoro_tvm.assets.sources import SOURCE_OPTIONS, SOURCES
-from kokoro_tvm.assets.voices import VOICE_SOURCES
+from kokoro_tvm.assets.voices import KNOWN_NPM_VOICES, VOICE_SOURCES
 from kokoro_tvm.config import ConfigError, validate_config
 
 
@@ -81,6 +81,34 @@ def test_default_config_is_valid():
     config = load_config(REPO / "config.yaml")
     assert config["weights"]["source"] == "int8-onnx"
     assert config["voices"]["source"] == "npm"
+    # names: all, every voice of kokoro-js@1.2.1, in each of Kokoro's languages
+    assert config["voices"]["names"] == list(KNOWN_NPM_VOICES["kokoro-js@1.2.1"])
+    assert len(config["voices"]["names"]) == 54
+    assert {name[0] for name in config["voices"]["names"]} == set("abefhijpz")
+
+
+def test_all_voices_are_the_sources(tmp_path):
+    """names: all is a path folder's voice files, and is refused where the source's voices are
+    not known without fetching them."""
+    (tmp_path / "voices").mkdir()
+    (tmp_path / "voices" / "notes.txt").write_bytes(b"")
+    config = load_config(REPO / "config.yaml")
+    config["voices"].update(source="path", folder="voices", names="all")
+    with pytest.raises(ConfigError, match="'voices.names': all, but 'voices' holds no voice"):
+        validate_config(config, base=tmp_path)
+    for file in ("af_heart.bin", "af_heart.npy", "zm_yunxi.pt", "Not_A_Voice.npy"):
+        (tmp_path / "voices" / file).write_bytes(b"")
+    assert validate_config(config, base=tmp_path)["voices"]["names"] == ["af_heart", "zm_yunxi"]
+    config["voices"].update(source="hf", names="all")
+    with pytest.raises(ConfigError, match="'voices.names': all needs .* not for source 'hf': "
+                                          "list the names"):
+        validate_config(config, base=tmp_path)
+    config["voices"].update(source="npm", npm_package="kokoro-js@9.9.9", names="all")
+    with pytest.raises(ConfigError, match="not for npm package kokoro-js@9.9.9: list the names"):
+        validate_config(config, base=tmp_path)
+    config["voices"].update(npm_package="kokoro-js@1.2.1", names="some")
+    with pytest.raises(ConfigError, match="'voices.names': 'some' does not match"):
+        validate_config(config, base=tmp_path)
 
 
 def test_random_voices_need_random_weights():

