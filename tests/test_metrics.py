@@ -1,8 +1,9 @@
 """The metrics every check judges by (validation, the GPU check's probes and sweeps): the
-relative error, and the waveform's SNR bar from PyTorch's own probes."""
+relative error, and the waveform's SNR bar from PyTorch's own probes; a stream's worst stall."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from kokoro_tvm.measure.metrics import (
     SPECTRAL_TOLERANCES,
@@ -10,6 +11,7 @@ from kokoro_tvm.measure.metrics import (
     snr_db,
     spectral_metrics,
     tight_metrics,
+    worst_stall,
 )
 
 
@@ -69,3 +71,28 @@ def test_the_snr_bar_is_capped():
     assert found["snr_db"]["tolerance"] == SPECTRAL_TOLERANCES["snr_db_cap"]
     assert found["snr_db"]["passed"] and np.isclose(snr_db(_at_snr(ref, 35.0, 9), ref), 35.0)
     assert not spectral_metrics(_at_snr(ref, 25.0, 9), ref, probes)["snr_db"]["passed"]
+
+
+def test_a_stream_ready_before_its_turn_never_stalls():
+    # Plays 0.5-1.5 s, 1.5-3.0 s, 3.0-4.0 s: each chunk was ready before.
+    assert worst_stall([0.5, 0.9, 3.0], [1.0, 1.5, 1.0]) == 0.0
+    assert worst_stall([0.3], [2.0]) == 0.0
+    assert worst_stall([], []) == 0.0
+
+
+def test_a_late_chunk_stalls_the_player_until_it_is_ready():
+    # A 0.9 s lead ready at 0.68 s and the rest at 2.41 s: silent from 1.58 s to 2.41 s.
+    assert worst_stall([0.68, 2.41], [0.9, 4.72]) == pytest.approx(0.83)
+
+
+def test_the_player_resumes_after_a_stall_so_each_wait_counts_alone():
+    # Plays 0-1 s, waits 0.5 s, plays 1.5-2.5 s, waits 1 s: the worst wait is 1 s (the third
+    # chunk is 1.5 s behind a player that never waited).
+    assert worst_stall([0.0, 1.5, 3.5], [1.0, 1.0, 1.0]) == pytest.approx(1.0)
+    # A wait shifts the rest: this third chunk is then in time.
+    assert worst_stall([0.0, 1.5, 2.4], [1.0, 1.0, 1.0]) == pytest.approx(0.5)
+
+
+def test_worst_stall_needs_a_duration_per_chunk():
+    with pytest.raises(ValueError, match="2 ready times for 1 chunks"):
+        worst_stall([0.0, 1.0], [1.0])

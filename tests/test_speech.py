@@ -9,15 +9,18 @@ import pytest
 
 from kokoro_tvm.cli import ProgressBar
 from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.measure.metrics import worst_stall
 from kokoro_tvm.runtime import speech
 from kokoro_tvm.runtime.g2p import token_ids
 from kokoro_tvm.runtime.model_folder import AssetFolder
 from kokoro_tvm.runtime.speech import (
     ChunkTooLong,
+    Pacing,
     SpeechError,
     lead_cut,
     speak,
     speak_chunks,
+    word_gaps,
 )
 
 TEXT = ("The first sentence is here, and it has a clause. The second one follows it closely. "
@@ -71,6 +74,57 @@ class LeadingEngine(LimitedEngine):
 
     def synthesize(self, ids, ref_s, speed, seed):
         return self.decode(self.prosody(ids, ref_s, speed, seed))
+
+
+class ClockedEngine(LeadingEngine):
+    """LeadingEngine on a clock of its own, which its calls advance: the text side by
+    ``prosody_seconds``, a decode by ``seconds_per_frame`` per frame of its bucket. Its decoder
+    is local (a window's audio is the start of the whole decode's), so a stream's chunks join
+    into the whole decodes."""
+
+    def __init__(self, seconds_per_frame: float, buckets: tuple[int, ...] = (),
+                 prosody_seconds: float = 0.05):
+        super().__init__(10_000, buckets)
+        self.seconds_per_frame, self.prosody_seconds = seconds_per_frame, prosody_seconds
+        self.now = 0.0
+        self.totals = []  # frames of each piece, in order
+
+    def clock(self) -> float:
+        return self.now
+
+    def prosody(self, ids, ref_s, speed, seed):
+        self.now += self.prosody_seconds
+        prosody = super().prosody(ids, ref_s, speed, seed)
+        self.totals.append(int(prosody.durations.sum()))
+        return prosody
+
+    def decode(self, prosody, frames=None):
+        self.decoded.append(frames)
+        total = int(prosody.durations.sum())
+        frames = total if frames is None else min(frames, total)
+        self.now += self.seconds_per_frame * self.decode_frames(frames)
+        return self.whole(total)[:600 * frames]
+
+
+def _timed_stream(engine: ClockedEngine, text: str, speaker) -> tuple[list, list[float]]:
+    """The chunks of ``text`` streamed on ``engine``'s clock, and when each was ready."""
+    chunks, ready = [], []
+    for chunk in speak_chunks(engine, text, "af_heart", speaker=speaker, per_sentence=True,
+                              clock=engine.clock):
+        chunks.append(chunk)
+        ready.append(engine.now)
+    return chunks, ready
+
+
+def _per_piece(decoded: list) -> list[list]:
+    """Each piece's decodes (windows, then None for the whole)."""
+    pieces, current = [], []
+    for frames in decoded:
+        current.append(frames)
+        if frames is None:
+            pieces.append(current)
+            current = []
+    return pieces
 
 
 def test_lead_ends_mid_gap_at_the_last_word_gap_that_leaves_the_context():
@@ -218,3 +272,109 @@ def test_text_with_nothing_to_say_is_refused_before_any_synthesis(tiny_assets):
     with pytest.raises(SpeechError, match="nothing speakable in '\\*\\*'"):
         list(speak_chunks(engine, "**", "af_heart", speaker=AssetFolder.of_build(tiny_assets)))
     assert engine.calls == []
+
+
+@pytest.fixture
+def margin(monkeypatch):
+    """Pacing plans with decodes taking 1.5 times the stream's estimate, as these tests count."""
+    monkeypatch.setattr(speech, "PACING_MARGIN", 1.5)
+
+
+def test_a_stream_grows_its_windows_until_a_whole_decode_fits_and_never_stalls(tiny_assets,
+                                                                               margin):
+    """A decoder at 6 ms a frame (9 ms planned), after a 1.05 s lead: the first sentence's whole
+    decode (196 frames, 1.76 s planned) would not be ready before the lead has played, so the
+    stream decodes a larger window first, then the whole; the later sentences, with more audio
+    sent, are decoded whole. A player never waits."""
+    speaker = AssetFolder.of_build(tiny_assets)
+    engine = ClockedEngine(seconds_per_frame=0.006)
+    chunks, ready = _timed_stream(engine, TEXT, speaker)
+    pieces = _per_piece(engine.decoded)
+    assert engine.totals[0] == 196 and pieces[1:] == [[None], [None]]
+    lead, window, whole = pieces[0]
+    assert lead == 42 + 16  # the last gap (frames 14, 42, 78, ...) within 48 frames
+    assert lead < window < 196 and whole is None
+    assert len(chunks[0].samples) / SAMPLE_RATE == 42 * 0.025 < 1.5 * 0.006 * 196
+    assert worst_stall(ready, [len(c.samples) / SAMPLE_RATE for c in chunks]) == 0
+
+
+def test_stream_chunks_join_into_the_whole_decodes_cut_at_word_gaps(tiny_assets, margin):
+    """Where a window's audio is the whole decode's start, the chunks join into each piece's
+    whole decode, faded at the piece's ends alone; every cut is the middle of a word gap, with
+    as many words of text as of phonemes before it, and each chunk starts where the last
+    ended."""
+    speaker = AssetFolder.of_build(tiny_assets)
+    engine = ClockedEngine(seconds_per_frame=0.012)
+    chunks, _ = _timed_stream(engine, TEXT, speaker)
+    pieces = _per_piece(engine.decoded)
+    assert len(chunks) == len(engine.decoded) > len(pieces) == 3
+    joined = np.concatenate([c.samples for c in chunks])
+    expected = np.concatenate([speech._faded(engine.whole(total)) for total in engine.totals])
+    np.testing.assert_allclose(joined, expected, atol=1e-6)
+    first = chunks[:len(pieces[0])]
+    ids = token_ids(" ".join(c.phonemes for c in first), speaker.vocab)
+    gaps = word_gaps(np.full(len(ids) + 2, engine.FRAMES_PER_TOKEN), ids, speaker.vocab[" "])
+    cuts = np.cumsum([len(c.samples) // 600 for c in first[:-1]])
+    assert set(cuts) <= {frame for frame, _ in gaps} and len(cuts) >= 2
+    for chunk in chunks:
+        assert len(chunk.text.split()) == len(chunk.phonemes.split(" "))
+    assert " ".join(c.text for c in chunks).split() == TEXT.split()
+    starts = np.cumsum([0] + [len(c.samples) for c in chunks[:-1]]) / SAMPLE_RATE
+    np.testing.assert_allclose([c.start_seconds for c in chunks], starts)
+
+
+def test_a_long_sentence_after_a_short_one_is_paced_too(tiny_assets, margin):
+    """A first sentence within the lead's bucket is decoded whole; the long one after it
+    starts with a window, since the short one's audio would run out before its whole decode."""
+    speaker = AssetFolder.of_build(tiny_assets)
+    engine = ClockedEngine(seconds_per_frame=0.004, buckets=(64, 128, 192, 256, 384))
+    chunks, ready = _timed_stream(engine, "Hello there. " + TEXT.split(". ")[-1], speaker)
+    short, long = _per_piece(engine.decoded)
+    assert engine.totals[0] <= 64 and short == [None]
+    assert long[0] is not None and long[-1] is None
+    assert engine.decode_frames(long[0]) < engine.decode_frames(engine.totals[1])
+    assert worst_stall(ready, [len(c.samples) / SAMPLE_RATE for c in chunks]) == 0
+
+
+def _pacing_at(buffered: float, seconds_per_frame: float = 0.005) -> Pacing:
+    """A stream whose player has ``buffered`` seconds left to play now."""
+    pacing = Pacing(clock=lambda: 10.0)
+    pacing.first_ready, pacing.sent_seconds = 10.0, buffered
+    pacing.seconds_per_frame = seconds_per_frame
+    return pacing
+
+
+def test_pacing_decodes_less_when_less_audio_is_left_to_play(margin):
+    """A piece of 330 frames (the 384-frame bucket, 2.88 s planned at 7.5 ms a frame) spoken up
+    to frame 48, word gaps every 16 frames; the windows worth planning are the last gaps of the
+    128-, 192- and 256-frame buckets (0.96, 1.44 and 1.92 s). Worked by hand: with 3 s left,
+    the whole; with 2 s, the 192-frame window, after which the whole fits; with 1 s or 0.3 s,
+    the 128-frame window (then the 256-frame one: waits of 0.28 and 0.66 s, the least)."""
+    engine = LeadingEngine(10_000, buckets=(64, 128, 192, 256, 384))
+    gaps = [(16 * words, words) for words in range(1, 21)]
+
+    def cut(buffered: float, spoken: int = 48):
+        return _pacing_at(buffered).next_cut(engine, gaps, spoken, 330)
+
+    assert cut(3.0) is None
+    assert cut(2.0) == (176, 11)
+    assert cut(1.0) == (112, 7) and cut(0.3) == (112, 7)
+    assert cut(0.3, spoken=0) == (48, 3)  # the 64-frame window: a 0.18 s wait, the least
+    # A piece in the 128-frame bucket, spoken past the 64-frame window's gaps: a window would
+    # be padded to 128 frames and cost what the whole does.
+    assert _pacing_at(0.3).next_cut(engine, gaps, 48, 120) is None
+    assert _pacing_at(0.3).next_cut(engine, gaps, 0, 120) == (48, 3)
+
+
+def test_pacing_estimates_from_the_streams_own_decodes_slower_at_once_faster_halfway():
+    engine = ClockedEngine(seconds_per_frame=0.004, buckets=(64, 128))
+    pacing = Pacing(clock=engine.clock)
+    prosody = engine.prosody(list(range(40)), None, 1.0, 0)  # 168 frames
+    pacing.decode(engine, prosody, 50)
+    assert pacing.seconds_per_frame == pytest.approx(0.004)
+    engine.seconds_per_frame = 0.008
+    pacing.decode(engine, prosody, 100)  # a 128-frame window
+    assert pacing.seconds_per_frame == pytest.approx(0.008)
+    engine.seconds_per_frame = 0.002
+    pacing.decode(engine, prosody, 30)
+    assert pacing.seconds_per_frame == pytest.approx(0.005)

@@ -1,10 +1,10 @@
 """The metrics every check uses, in numpy alone: the tight relative error, the log-mel
-spectrogram and SNR of waveforms, and their bars (docs/decisions.md, Fidelity). Validation, the
-GPU check, benchmarks, reports and tests all compute them here."""
+spectrogram and SNR of waveforms, and their bars (docs/decisions.md, Fidelity); a stream's worst
+stall. Validation, the GPU check, benchmarks, reports and tests all compute them here."""
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -159,3 +159,19 @@ def source_metrics(out: np.ndarray, ref: np.ndarray, truth: np.ndarray, per_fram
         metrics[f"float64_{name}error_ratio"] = metric(max(error, floor) / max(pytorch, floor),
                                                        ratio)
     return metrics
+
+
+def worst_stall(ready_seconds: Sequence[float], audio_seconds: Sequence[float]) -> float:
+    """The longest silence of a player that starts a stream when its first chunk is ready and
+    plays the chunks back to back, waiting for any chunk not ready when its turn comes: chunk
+    ``i`` was ready at ``ready_seconds[i]`` (any common origin) and holds ``audio_seconds[i]``
+    of audio. 0 when the stream never stalls."""
+    if len(ready_seconds) != len(audio_seconds):
+        raise ValueError(f"{len(ready_seconds)} ready times for {len(audio_seconds)} chunks")
+    worst, played_until = 0.0, None
+    for ready, audio in zip(ready_seconds, audio_seconds):
+        starts = ready if played_until is None else max(ready, played_until)
+        if played_until is not None:
+            worst = max(worst, ready - played_until)
+        played_until = starts + audio
+    return worst

@@ -6,6 +6,8 @@ text the same way.
 """
 from __future__ import annotations
 
+import itertools
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol, runtime_checkable
 
@@ -59,7 +61,7 @@ class Speaker(VoiceFolder, Protocol):
 class Chunk:
     """One engine call's audio, with the text it speaks and where it starts in the whole."""
 
-    text: str  # a stream's lead: its piece's first words, as many as the lead's phoneme words
+    text: str  # a prefix decode's chunk: its piece's words, as many as its phoneme words
     phonemes: str
     samples: np.ndarray  # float32, SAMPLE_RATE
     start_seconds: float
@@ -76,15 +78,28 @@ class ChunkTooLong(UserError):
 FADE_SECONDS = 0.005  # raised-cosine ramps at chunk edges: joins without clicks
 
 # A stream's lead: the first words of its first piece, decoded alone within LEAD_FRAMES (a small
-# decoder bucket) and played while the whole piece decodes. The text side and f0n run on the
+# decoder bucket) and played while more of the piece decodes. The text side and f0n run on the
 # whole piece first, so the lead has the sentence's durations and pitch. The decoder normalises
 # over the frames it is given, so the lead ends at a word gap LEAD_CONTEXT_FRAMES before the
-# window does, and the whole piece's audio takes over from there through a crossfade of one
+# window does, and the next decode's audio takes over from there through a crossfade of one
 # frame (docs/decisions.md, First audio when streaming). An engine whose decoder would pad the
 # window past LEAD_FRAMES (a folder built without a small bucket) gains nothing by it: no lead.
 LEAD_FRAMES = 64
 LEAD_CONTEXT_FRAMES = 16
 CROSSFADE_SAMPLES = SAMPLES_PER_FRAME
+FRAME_SECONDS = SAMPLES_PER_FRAME / SAMPLE_RATE
+
+# After the lead, every piece of a stream is paced (Pacing): while the audio already sent would
+# run out before the piece's whole decode finished, the piece is spoken as growing prefix
+# decodes of its prosody (each from frame 0, as the lead, so SineGen's phase and noise are the
+# whole's), each chunk the frames from the last cut to a later word gap, LEAD_CONTEXT_FRAMES
+# before its window's end. Plans take a decode to last PACING_MARGIN times what the stream's own
+# decodes so far predict: the machine's load changes between decodes.
+PACING_MARGIN = 1.5
+# Plans look this many windows ahead, among at most PLAN_CANDIDATES windows (one per decoder
+# bucket: its last gap): 697 plans at most, a few milliseconds against decodes of 0.1 s and more.
+PLAN_WINDOWS = 3
+PLAN_CANDIDATES = 16
 
 
 def _ramp(length: int) -> np.ndarray:
@@ -105,58 +120,153 @@ def _faded(audio: np.ndarray, start: bool = True, end: bool = True) -> np.ndarra
     return audio
 
 
-def lead_cut(durations: np.ndarray, ids: list[int], space: int) -> tuple[int, int] | None:
-    """Where a stream's lead ends, as (frame, words before it): the middle of the last word gap
-    (a ``space`` token) at most LEAD_FRAMES - LEAD_CONTEXT_FRAMES frames in; None when the piece
-    fits LEAD_FRAMES anyway or no gap is that early. ``durations`` counts the pads at both ends
-    of ``ids``, as engines return them."""
-    if durations.sum() <= LEAD_FRAMES:
-        return None
+def word_gaps(durations: np.ndarray, ids: list[int], space: int) -> list[tuple[int, int]]:
+    """Where a piece may be cut, as (frame, words before it): the middle of each word gap (a
+    ``space`` token), in order. ``durations`` counts the pads at both ends of ``ids``, as
+    engines return them."""
     starts = np.cumsum(durations) - durations
-    gaps = [int(starts[i] + durations[i] // 2) for i, token in enumerate([0, *ids, 0])
-            if token == space]
-    early = [(frame, words) for words, frame in enumerate(gaps, 1)
-             if 0 < frame <= LEAD_FRAMES - LEAD_CONTEXT_FRAMES]
+    frames = [int(starts[i] + durations[i] // 2) for i, token in enumerate([0, *ids, 0])
+              if token == space]
+    return [(frame, words) for words, frame in enumerate(frames, 1)]
+
+
+def _lead(gaps: list[tuple[int, int]], total: int) -> tuple[int, int] | None:
+    if total <= LEAD_FRAMES:
+        return None
+    early = [gap for gap in gaps if 0 < gap[0] <= LEAD_FRAMES - LEAD_CONTEXT_FRAMES]
     return early[-1] if early else None
 
 
-def _split_words(piece: g2p.Piece, words: int) -> tuple[g2p.Piece, g2p.Piece]:
-    """``piece`` cut after its first ``words`` phoneme words (and as many words of its text)."""
+def lead_cut(durations: np.ndarray, ids: list[int], space: int) -> tuple[int, int] | None:
+    """Where a stream's lead ends, as (frame, words before it): the middle of the last word gap
+    at most LEAD_FRAMES - LEAD_CONTEXT_FRAMES frames in; None when the piece fits LEAD_FRAMES
+    anyway or no gap is that early."""
+    return _lead(word_gaps(durations, ids, space), int(durations.sum()))
+
+
+class Pacing:
+    """A stream against the wall clock (``clock``, in seconds): the audio a player that starts
+    at the first chunk has left to play, how fast this engine decodes (measured on the stream's
+    own decodes), and from these where each decode of a piece ends (``next_cut``)."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+        self.clock = clock
+        self.first_ready: float | None = None
+        self.sent_seconds = 0.0
+        self.seconds_per_frame = 0.0  # per frame the decoder computes, bucket padding included
+
+    def sent(self, samples: int) -> None:
+        """A chunk of ``samples`` is ready now."""
+        if self.first_ready is None:
+            self.first_ready = self.clock()
+        self.sent_seconds += samples / SAMPLE_RATE
+
+    def buffered_seconds(self) -> float | None:
+        """The audio sent and not yet played; None before the first chunk."""
+        if self.first_ready is None:
+            return None
+        return self.sent_seconds - (self.clock() - self.first_ready)
+
+    def decode(self, engine: LeadingEngine, prosody: Prosody, frames: int | None) -> np.ndarray:
+        """``engine.decode``, timed: a slower decode than expected counts at once, a faster one
+        halfway (the estimate stays on the safe side of a machine whose load comes and goes)."""
+        started = self.clock()
+        audio = engine.decode(prosody, frames)
+        computed = engine.decode_frames(len(audio) // SAMPLES_PER_FRAME)
+        measured = (self.clock() - started) / computed
+        if measured >= self.seconds_per_frame:
+            self.seconds_per_frame = measured
+        else:
+            self.seconds_per_frame = (self.seconds_per_frame + measured) / 2
+        return audio
+
+    def next_cut(self, engine: LeadingEngine, gaps: list[tuple[int, int]], cut: int, total: int
+                 ) -> tuple[int, int] | None:
+        """Where the next decode of a piece of ``total`` frames, spoken up to frame ``cut``,
+        ends: a word gap of ``gaps`` (its window LEAD_CONTEXT_FRAMES longer), or None for the
+        whole piece. The stream's first decode is its lead; later ones are the first step of
+        the plan (up to PLAN_WINDOWS windows, then the whole) whose longest expected wait is
+        shortest, then whose decoding is least."""
+        buffered = self.buffered_seconds()
+        if buffered is None:
+            lead = _lead(gaps, total)
+            if lead is None or engine.decode_frames(lead[0] + LEAD_CONTEXT_FRAMES) > LEAD_FRAMES:
+                return None
+            return lead
+        whole = engine.decode_frames(total)
+        by_bucket = {}  # a window's last gap: the most audio for the same decode
+        for frame, words in gaps:
+            window = engine.decode_frames(frame + LEAD_CONTEXT_FRAMES)
+            if frame > cut and frame + LEAD_CONTEXT_FRAMES < total and window < whole:
+                by_bucket[window] = (frame, words)
+        windows = sorted(by_bucket.items(), key=lambda item: item[1])
+        if len(windows) > PLAN_CANDIDATES:  # evenly thinned, the last kept
+            step = len(windows) / PLAN_CANDIDATES
+            windows = [windows[len(windows) - 1 - int(i * step)]
+                       for i in reversed(range(PLAN_CANDIDATES))]
+
+        def outcome(plan: tuple[tuple[int, tuple[int, int]], ...]) -> tuple[float, float]:
+            """The plan's longest wait (to the millisecond) and its decoding seconds."""
+            left, worst, decoding, spoken = buffered, 0.0, 0.0, cut
+            for computed, frame in [(c, gap[0]) for c, gap in plan] + [(whole, total)]:
+                seconds = PACING_MARGIN * self.seconds_per_frame * computed
+                worst = max(worst, seconds - left)
+                left = max(left - seconds, 0.0) + (frame - spoken) * FRAME_SECONDS
+                decoding += seconds
+                spoken = frame
+            return round(worst, 3), decoding
+
+        plans = [plan for length in range(PLAN_WINDOWS + 1)
+                 for plan in itertools.combinations(windows, length)]
+        best = min(plans, key=outcome)  # the whole piece first among equals
+        return best[0][1] if best else None
+
+
+def _words(piece: g2p.Piece, start: int, end: int | None) -> g2p.Piece:
+    """``piece``'s phoneme words from ``start`` to ``end`` (to its end for None), and as many
+    words of its text (the rest of it for the last)."""
     phonemes, text = piece.phonemes.split(" "), piece.text.split()
-    return (g2p.Piece(" ".join(text[:words]), " ".join(phonemes[:words])),
-            g2p.Piece(" ".join(text[words:]), " ".join(phonemes[words:])))
+    return g2p.Piece(" ".join(text[start:end]), " ".join(phonemes[start:end]))
 
 
-def _led(engine: LeadingEngine, piece: g2p.Piece, ids: list[int], prosody: Prosody, space: int
-         ) -> Iterator[tuple[g2p.Piece, np.ndarray]]:
-    """A piece as its lead (see LEAD_FRAMES), then the rest of its whole decode."""
-    cut = lead_cut(prosody.durations, ids, space)
-    if cut is None or engine.decode_frames(cut[0] + LEAD_CONTEXT_FRAMES) > LEAD_FRAMES:
-        yield piece, _faded(engine.decode(prosody))
-        return
-    frame, words = cut
-    window = engine.decode(prosody, frame + LEAD_CONTEXT_FRAMES)
-    end = frame * SAMPLES_PER_FRAME
-    lead, rest = _split_words(piece, words)
-    yield lead, _faded(window[:end], end=False)
-    audio = engine.decode(prosody)[end:]
-    fade_in = _ramp(CROSSFADE_SAMPLES)
-    audio[:CROSSFADE_SAMPLES] = (window[end:end + CROSSFADE_SAMPLES] * (1 - fade_in)
-                                 + audio[:CROSSFADE_SAMPLES] * fade_in)
-    yield rest, _faded(audio, start=False)
+def _paced(engine: LeadingEngine, piece: g2p.Piece, ids: list[int], prosody: Prosody, space: int,
+           pacing: Pacing) -> Iterator[tuple[g2p.Piece, np.ndarray]]:
+    """A piece as prefix decodes ending where ``pacing`` says (see PACING_MARGIN), each chunk
+    its decode's audio from the previous cut, crossfaded from the previous window's, the last
+    from the whole decode."""
+    total = int(prosody.durations.sum())
+    gaps = word_gaps(prosody.durations, ids, space)
+    cut, words, overlap = 0, 0, None
+    while True:
+        step = pacing.next_cut(engine, gaps, cut, total)
+        window = None if step is None else step[0] + LEAD_CONTEXT_FRAMES
+        audio = pacing.decode(engine, prosody, window)
+        end = len(audio) if step is None else step[0] * SAMPLES_PER_FRAME
+        chunk = audio[cut * SAMPLES_PER_FRAME:end].copy()
+        if overlap is not None:
+            fade_in = _ramp(CROSSFADE_SAMPLES)
+            chunk[:CROSSFADE_SAMPLES] = (overlap * (1 - fade_in)
+                                         + chunk[:CROSSFADE_SAMPLES] * fade_in)
+        yield (_words(piece, words, None if step is None else step[1]),
+               _faded(chunk, start=cut == 0, end=step is None))
+        if step is None:
+            return
+        overlap = audio[end:end + CROSSFADE_SAMPLES]
+        cut, words = step
 
 
 def _synthesize_piece(engine: Engine, piece: g2p.Piece, table: np.ndarray, lang: str,
-                      vocab: dict[str, int], speed: float, seed: int, lead: bool
+                      vocab: dict[str, int], speed: float, seed: int, pacing: Pacing | None
                       ) -> Iterator[tuple[g2p.Piece, np.ndarray]]:
-    """One piece's audio, edges faded, as its lead and the rest where ``lead`` is asked for and
-    the engine can; pieces an engine cannot take whole are halved at a boundary."""
+    """One piece's audio, edges faded, in the chunks ``pacing`` asks for where given and the
+    engine can decode prefixes, else whole; pieces an engine cannot take whole are halved at a
+    boundary."""
     ids = g2p.token_ids(piece.phonemes, vocab)
     style = style_for(table, len(ids))
     space = vocab.get(" ")
-    leading = lead and space is not None and isinstance(engine, LeadingEngine)
+    paced = pacing is not None and space is not None and isinstance(engine, LeadingEngine)
     try:  # engines refuse a chunk (ChunkTooLong) before returning anything for it
-        if leading:
+        if paced:
             prosody = engine.prosody(ids, style, speed, seed)
         else:
             audio = engine.synthesize(ids, style, speed, seed)
@@ -164,12 +274,11 @@ def _synthesize_piece(engine: Engine, piece: g2p.Piece, table: np.ndarray, lang:
         halves = g2p.halve(piece, g2p.phonemizer(lang))
         if len(halves) < 2:
             raise  # a single word that still does not fit: the error says which bucket to add
-        for i, half in enumerate(halves):
-            yield from _synthesize_piece(engine, half, table, lang, vocab, speed, seed,
-                                         lead and i == 0)
+        for half in halves:
+            yield from _synthesize_piece(engine, half, table, lang, vocab, speed, seed, pacing)
         return
-    if leading:
-        yield from _led(engine, piece, ids, prosody, space)
+    if paced:
+        yield from _paced(engine, piece, ids, prosody, space, pacing)
     else:
         yield piece, _faded(audio)
 
@@ -177,25 +286,31 @@ def _synthesize_piece(engine: Engine, piece: g2p.Piece, table: np.ndarray, lang:
 def speak_chunks(engine: Engine, text: str, voice: str, *, speaker: Speaker,
                  lang: str | None = None, speed: float = 1.0, seed: int = 0,
                  per_sentence: bool = False,
-                 progress: Callable[[int, int], None] | None = None) -> Iterator[Chunk]:
+                 progress: Callable[[int, int], None] | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> Iterator[Chunk]:
     """Audio per chunk as each finishes, edges faded so that chunks join without clicks.
 
     ``voice`` is a name or blend from ``speaker``'s voices; ``lang`` defaults to the voice's
     (g2p.language_of_voice). The text is phonemized as the chunks reach it (g2p.pieces), so the
     first chunk does not wait for the G2P of the rest. With ``per_sentence`` (streaming), an
-    engine that can (LeadingEngine) speaks the first piece as a short lead and the rest of it.
-    ``progress(done, total)`` is told the sentences spoken so far after each piece of the text
-    (before any halving), so a long text can show how far it has got."""
+    engine that can (LeadingEngine) speaks the first piece's first words as a lead, and every
+    piece in prefix decodes while the audio already yielded would run out before its whole
+    decode finished (Pacing, timed by ``clock``: a player is taken to start when the first chunk
+    is yielded). ``progress(done, total)`` is told the sentences spoken so far after each piece
+    of the text (before any halving), so a long text can show how far it has got."""
     if not text.strip():
         raise SpeechError("the text is empty: give some words to speak")
     lang = lang or g2p.language_of_voice(voice)
     table, vocab = load_voice(voice, speaker), speaker.vocab
     total = len(g2p.sentences(text))
+    pacing = Pacing(clock) if per_sentence else None
     done_samples, sentences_done = 0, None
     for i, (piece, sentences_done) in enumerate(
             g2p.pieces(text, g2p.phonemizer(lang), vocab, per_sentence=per_sentence)):
         for spoken, audio in _synthesize_piece(engine, piece, table, lang, vocab, speed, seed + i,
-                                               lead=per_sentence and i == 0):
+                                               pacing):
+            if pacing is not None:
+                pacing.sent(len(audio))
             yield Chunk(spoken.text, spoken.phonemes, audio, done_samples / SAMPLE_RATE)
             done_samples += len(audio)
         if progress is not None:
