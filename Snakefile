@@ -26,7 +26,7 @@ rule all:
         all_targets(),
 
 
-# Benchmarks: not part of `all`; `snakemake bench_lstm` (or bench_components, bench_e2e) builds what they
+# Benchmarks: not part of `all`; `snakemake bench_lstm` (or bench_components, bench_e2e, bench_serve) builds what they
 # need and times it.
 rule bench_lstm:
     input:
@@ -41,6 +41,11 @@ rule bench_components:
 rule bench_e2e:
     input:
         per_runnable_target(paths.BENCH_E2E),
+
+
+rule bench_serve:
+    input:
+        per_runnable_target(paths.BENCH_SERVE),
 
 
 # Everything `snakemake --report report.html all figures` shows beyond validation.

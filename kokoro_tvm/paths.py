@@ -55,6 +55,7 @@ BENCH_COMPONENTS = f"{RESULTS}/bench/components/{{target}}.json"
 BENCH_COMPONENTS_PLOT = f"{RESULTS}/bench/components/{{target}}.png"
 BENCH_E2E = f"{RESULTS}/bench/e2e/{{target}}.json"
 BENCH_E2E_PLOT = f"{RESULTS}/bench/e2e/{{target}}.png"
+BENCH_SERVE = f"{RESULTS}/bench/serve/{{target}}.json"
 REPORT_VALIDATION = f"{RESULTS}/report/validation/{{target}}.html"
 REPORT_SPECTROGRAM = f"{RESULTS}/report/spectrogram/{{target}}.png"
 

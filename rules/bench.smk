@@ -82,3 +82,24 @@ rule bench_e2e_target:
         "python {input.script} --target {wildcards.target} --threads {threads}"
         " --voice {params.voice} {params.runtime_python} --out-json {output.json}"
         " --out-plot {output.plot} > {log} 2>&1"
+
+
+rule bench_serve_target:
+    input:
+        model=rules.dist.output.folder,
+        code=code_inputs("bench_serve.py"),
+        script=script("bench_serve.py"),
+    output:
+        json=paths.BENCH_SERVE,
+    params:
+        versions=versions("apache-tvm", "torch", "uvicorn", "starlette", "av"),
+    threads: job_threads
+    log:
+        "logs/bench/serve/{target}.log",
+    benchmark:
+        "benchmarks/bench/serve/{target}.tsv"
+    conda:
+        "../envs/kokoro-tvm.yaml"
+    shell:
+        "python {input.script} --model {input.model} --threads {threads}"
+        " --out-json {output.json} > {log} 2>&1"

@@ -35,7 +35,8 @@ TINY_SPEED = 40.0
 # rest keep pytest's order. A worker takes the next module when it finishes one: started first,
 # the builds are ready before the modules behind them ask, and the longest modules do not end
 # the run alone.
-FIRST_MODULES = ["test_e2e.py", "test_cli.py", "test_slurm.py", "test_gpu.py", "test_compile.py",
+FIRST_MODULES = ["test_e2e.py", "test_cli.py", "test_slurm.py", "test_gpu.py", "test_serve.py",
+                 "test_compile.py",
                  "test_runtime_only.py", "test_pipeline.py", "test_targets.py", "test_lstm.py",
                  "test_tune.py", "test_int8_onnx.py", "test_assets.py", "test_reference.py",
                  "test_padding.py"]

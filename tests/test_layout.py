@@ -1,7 +1,7 @@
-"""The code layout holds: the runtime side imports nothing of the model, build or measurement
-sides (nor torch or TVM's compiler), the stages after export and the Snakefile load no torch,
-module-level imports have no cycle, and every rule's code inputs cover every package module its
-script imports (docs/architecture.md, Staleness)."""
+"""The code layout holds: the runtime and server sides import nothing of the model, build or
+measurement sides (nor torch or TVM's compiler), the stages after export and the Snakefile load
+no torch, module-level imports have no cycle, and every rule's code inputs cover every package
+module its script imports (docs/architecture.md, Staleness)."""
 from __future__ import annotations
 
 import ast
@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import REPO, TINY, dry_run, run_snakemake
 
@@ -72,12 +73,16 @@ def package_closure(start: set[str], top_level: bool = False) -> dict[str, set[s
     return graph
 
 
-def test_runtime_side_imports_no_torch_compiler_or_other_side():
-    runtime = {module_name(p) for p in (PACKAGE / "runtime").glob("*.py")}
-    assert {"kokoro_tvm.runtime.engine", "kokoro_tvm.runtime.library"} <= runtime
+@pytest.mark.parametrize("side, core", [
+    ("runtime", {"kokoro_tvm.runtime.engine", "kokoro_tvm.runtime.library"}),
+    ("serve", {"kokoro_tvm.serve.app", "kokoro_tvm.serve.server"})])
+def test_runtime_and_server_sides_import_no_torch_compiler_or_other_side(side, core):
+    """The runtime, and the server over it, run in an install without the build."""
+    modules = {module_name(p) for p in (PACKAGE / side).glob("*.py")}
+    assert core <= modules
     offending = {
         (module, imported)
-        for module, found in package_closure(runtime).items()
+        for module, found in package_closure(modules).items()
         for imported in found
         if any(imported == bad or imported.startswith(bad + ".") for bad in NOT_IN_RUNTIME)}
     assert not offending, sorted(offending)

@@ -17,6 +17,12 @@ FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": ("OGG
            ".mp3": ("MP3", "MPEG_LAYER_III")}
 
 
+def pcm16(samples: np.ndarray) -> np.ndarray:
+    """Float samples as 16-bit PCM (rounded, clipped to full scale), as every 16-bit output
+    carries them: files, raw PCM and the server's lossless formats."""
+    return np.round(np.clip(samples, -1.0, 1.0) * 32767).astype("<i2")
+
+
 class OutputError(UserError):
     """An output file that cannot be written; the message names the fix."""
 

@@ -204,6 +204,15 @@ class TvmEngine:
             for function in library.transforms:  # those the folder's manifest names
                 library.prepared(function)
 
+    def load_all(self) -> None:
+        """Every bucket's library, its weights prepared: what a server does before it takes
+        requests, so that none pays a library's first use."""
+        for buckets in self.components.values():
+            for bucket in buckets.entries:
+                library = buckets.library(bucket)
+                for function in library.transforms:
+                    library.prepared(function)
+
     def decoder_padding(self) -> float | None:
         """The share of the decoder's computed frames that were padding (None before a decode)."""
         asked, computed = self.decoder_frames["asked"], self.decoder_frames["computed"]

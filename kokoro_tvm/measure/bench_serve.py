@@ -1,0 +1,295 @@
+"""The speech server under load: `kokoro-tvm serve` on the TVM engine and on the PyTorch
+reference engine, one after the other in one run, on a loopback port, called by an asyncio
+httpx load generator bounded in requests and time.
+
+Per engine: a baseline (short requests one at a time: their time to first byte with no other
+load), then 1, 2 and 4 clients each sending a fixed mix of short and long texts as streamed
+PCM. Per level: audio seconds served per wall second and its ratio to the engine alone (the
+server's own synthesis seconds per audio second, from /metrics), time to first byte p50/p95 of
+short requests sent while a long one streamed, the worst stall of any stream played in real
+time from its first byte (metrics.worst_stall), errors. Then, on the TVM engine, a soak: SOAK
+short requests from two clients, the server's RSS after the first SOAK_WARM and at the end.
+Peak RSS is the server process's high-water mark.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from kokoro_tvm.atomic import write_json
+from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.measure.metrics import worst_stall
+
+ENGINES = ("tvm", "torch")
+LEVELS = (1, 2, 4)
+SHORT = ("Hello there.", "Yes, that works for me.", "Thank you very much!",
+         "See you tomorrow at noon.", "The meeting has been moved to Friday.")
+LONG = ("When the last train had left and the platform lights were dimmed one by one, the "
+        "station master walked slowly along the tracks, listening for anything out of place. "
+        "Nothing moved. He locked the gate, put the keys in his coat pocket, and went home "
+        "through the snow. By the time he reached his door, the town was asleep.")
+# Each client's requests, in turn (client k starts at position k): one long text in four.
+MIX = ("long", "short", "short", "short")
+REQUESTS_PER_CLIENT = 8
+BASELINE_REQUESTS = 10
+SOAK, SOAK_WARM = 200, 20
+LEVEL_SECONDS = 600  # no new request after this long at one level
+BYTES_PER_SECOND = 2 * SAMPLE_RATE  # pcm: 16-bit mono
+
+
+@dataclass
+class Served:
+    kind: str
+    sent: float
+    while_long: bool  # a long request was streaming when this one was sent
+    status: int = 0
+    first_byte: float | None = None
+    arrivals: list[tuple[float, int]] = field(default_factory=list)
+    done: float = 0.0
+
+    @property
+    def audio_seconds(self) -> float:
+        return sum(size for _, size in self.arrivals) / BYTES_PER_SECOND
+
+    @property
+    def stall(self) -> float:
+        return worst_stall([t for t, _ in self.arrivals],
+                           [size / BYTES_PER_SECOND for _, size in self.arrivals])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rss_mb(pid: int, field_name: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field_name + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field_name} for process {pid}")
+
+
+class Server:
+    """``kokoro-tvm serve`` in a child process, until ``stop``."""
+
+    def __init__(self, model: Path, engine: str, threads: int, log: Path):
+        import httpx
+
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        command = [sys.executable, "-m", "kokoro_tvm.cli", "serve", "--model", str(model),
+                   "--engine", engine, "--port", str(self.port), "--max-queue", "64"]
+        env = {**os.environ, "TVM_NUM_THREADS": str(threads),
+               "OMP_NUM_THREADS": str(threads)}
+        with open(log, "w") as out:
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                            env=env)
+        started = time.monotonic()
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the {engine} server stopped:\n{log.read_text()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() - started > 600:
+                raise RuntimeError(f"the {engine} server did not start:\n{log.read_text()}")
+            time.sleep(0.5)
+        self.load_seconds = time.monotonic() - started
+
+    def counters(self) -> dict[str, float]:
+        """The engine's audio and synthesis seconds so far (its /metrics)."""
+        import httpx
+
+        found = {}
+        for line in httpx.get(f"{self.url}/metrics").text.splitlines():
+            for name in ("audio_seconds_total", "synthesis_seconds_total"):
+                if line.startswith(f"kokoro_tvm_{name} "):
+                    found[name] = float(line.split()[-1])
+        return found
+
+    def rss_mb(self) -> float:
+        return _rss_mb(self.process.pid, "VmRSS")
+
+    def peak_rss_mb(self) -> float:
+        return _rss_mb(self.process.pid, "VmHWM")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(60)
+
+
+async def _request(client, url: str, kind: str, text: str, long_streaming: list[int]
+                   ) -> Served:
+    served = Served(kind, time.perf_counter(), while_long=long_streaming[0] > 0)
+    if kind == "long":
+        long_streaming[0] += 1
+    try:
+        async with client.stream("POST", f"{url}/v1/audio/speech", json={
+                "model": "kokoro", "input": text, "voice": "af_heart",
+                "response_format": "pcm"}) as response:
+            served.status = response.status_code
+            async for data in response.aiter_bytes():
+                now = time.perf_counter()
+                served.first_byte = served.first_byte or now - served.sent
+                served.arrivals.append((now, len(data)))
+    except Exception:  # noqa: BLE001 - a failed request is a figure (errors), not a crash
+        served.status = -1
+    finally:
+        if kind == "long":
+            long_streaming[0] -= 1
+    served.done = time.perf_counter()
+    return served
+
+
+async def _load(url: str, clients: int, per_client: int, mix: Sequence[str],
+                seconds: float) -> tuple[list[Served], float]:
+    """``clients`` clients, each sending ``per_client`` requests of ``mix`` in turn (client k
+    from position k), stopping early after ``seconds``; the requests and the wall time."""
+    import httpx
+
+    long_streaming = [0]
+    started = time.perf_counter()
+    texts = {"short": SHORT, "long": (LONG,)}
+
+    async def client(k: int, http) -> list[Served]:
+        out = []
+        for i in range(per_client):
+            if time.perf_counter() - started > seconds:
+                break
+            kind = mix[(k + i) % len(mix)]
+            pool = texts[kind]
+            out.append(await _request(http, url, kind, pool[(k + i) % len(pool)],
+                                      long_streaming))
+        return out
+
+    async with httpx.AsyncClient(timeout=seconds) as http:
+        per_client_results = await asyncio.gather(*(client(k, http) for k in range(clients)))
+    return [s for results in per_client_results for s in results], time.perf_counter() - started
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _level_figures(served: list[Served], wall: float, before: dict, after: dict
+                   ) -> dict[str, Any]:
+    ok = [s for s in served if s.status == 200]
+    audio = sum(s.audio_seconds for s in ok)
+    synthesis = after["synthesis_seconds_total"] - before["synthesis_seconds_total"]
+    engine_audio = after["audio_seconds_total"] - before["audio_seconds_total"]
+    engine_rtf = synthesis / engine_audio if engine_audio else None
+    short_ttfb = [s.first_byte for s in ok if s.kind == "short" and s.while_long]
+    stalls = [s.stall for s in ok]
+    return {
+        "requests": len(served), "errors": len(served) - len(ok),
+        "audio_seconds": audio, "wall_seconds": wall,
+        "audio_per_second": audio / wall,
+        "engine_rtf": engine_rtf,
+        # 1 when the server delivers audio as fast as its engine makes it, always busy.
+        "throughput_vs_engine": audio / wall * engine_rtf if engine_rtf else None,
+        "short_while_long": len(short_ttfb),
+        "ttfb_short_p50": _percentile(short_ttfb, 0.5),
+        "ttfb_short_p95": _percentile(short_ttfb, 0.95),
+        "worst_stall": max(stalls, default=None),
+        "stall_p95": _percentile(stalls, 0.95),
+    }
+
+
+def bench_engine(model: Path, engine: str, threads: int, work: Path, soak: bool
+                 ) -> dict[str, Any]:
+    server = Server(model, engine, threads, work / f"server_{engine}.log")
+    try:
+        figures: dict[str, Any] = {"load_seconds": server.load_seconds}
+        served, _ = asyncio.run(_load(server.url, 1, BASELINE_REQUESTS, ("short",),
+                                      LEVEL_SECONDS))
+        alone = [s.first_byte for s in served if s.status == 200]
+        figures["baseline"] = {"requests": len(served), "errors": len(served) - len(alone),
+                               "ttfb_short_p50": _percentile(alone, 0.5),
+                               "ttfb_short_p95": _percentile(alone, 0.95)}
+        for clients in LEVELS:
+            before = server.counters()
+            served, wall = asyncio.run(_load(server.url, clients, REQUESTS_PER_CLIENT, MIX,
+                                             LEVEL_SECONDS))
+            level = _level_figures(served, wall, before, server.counters())
+            p95, alone_p95 = level["ttfb_short_p95"], figures["baseline"]["ttfb_short_p95"]
+            level["ttfb_short_p95_vs_alone"] = p95 / alone_p95 if p95 and alone_p95 else None
+            figures[f"clients_{clients}"] = level
+            print(f"{engine} {clients} clients: {level}", file=sys.stderr)
+        if soak:
+            figures["soak"] = _soak(server)
+        figures["peak_rss_mb"] = server.peak_rss_mb()
+    finally:
+        server.stop()
+    return figures
+
+
+def _soak(server: Server) -> dict[str, Any]:
+    """SOAK short requests from two clients; the server's RSS after SOAK_WARM and after all."""
+    per_client = SOAK_WARM // 2
+    warm, _ = asyncio.run(_load(server.url, 2, per_client, ("short",), LEVEL_SECONDS))
+    rss_warm = server.rss_mb()
+    rest, _ = asyncio.run(_load(server.url, 2, (SOAK - SOAK_WARM) // 2, ("short",),
+                                LEVEL_SECONDS * 2))
+    rss_end = server.rss_mb()
+    served = warm + rest
+    return {"requests": len(served), "errors": sum(s.status != 200 for s in served),
+            "rss_after_warm_mb": rss_warm, "rss_after_all_mb": rss_end,
+            "rss_growth": rss_end / rss_warm - 1}
+
+
+def run(model: str | Path, engines: Sequence[str], threads: int, out_json: str | Path
+        ) -> dict[str, Any]:
+    """Every engine's figures (the TVM one with the soak), written to ``out_json``."""
+    out_json = Path(out_json)
+    work = out_json.parent / f"{out_json.stem}_logs"
+    work.mkdir(parents=True, exist_ok=True)
+    figures: dict[str, Any] = {"model": str(model), "threads": threads,
+                               "levels": list(LEVELS), "requests_per_client": REQUESTS_PER_CLIENT,
+                               "mix": list(MIX), "engines": {}}
+    for engine in engines:
+        figures["engines"][engine] = bench_engine(Path(model), engine, threads, work,
+                                                  soak=engine == "tvm")
+    write_json(out_json, figures)
+    return figures
+
+
+def summary(figures: dict[str, Any]) -> str:
+    """The figures as a table: one line per engine and level."""
+    lines = [f"{'engine':6} {'clients':>7} {'audio/s':>8} {'vs engine':>9} {'ttfb p50':>8} "
+             f"{'ttfb p95':>8} {'p95/alone':>9} {'stall':>6} {'errors':>6}"]
+
+    def num(value, fmt=".2f"):
+        return format(value, fmt) if value is not None else "-"
+
+    for engine, by_level in figures["engines"].items():
+        base = by_level["baseline"]
+        lines.append(f"{engine:6} {'alone':>7} {'':>8} {'':>9} {num(base['ttfb_short_p50']):>8} "
+                     f"{num(base['ttfb_short_p95']):>8} {'':>9} {'':>6} {base['errors']:>6}")
+        for clients in figures["levels"]:
+            f = by_level[f"clients_{clients}"]
+            lines.append(f"{engine:6} {clients:>7} {num(f['audio_per_second']):>8} "
+                         f"{num(f['throughput_vs_engine']):>9} {num(f['ttfb_short_p50']):>8} "
+                         f"{num(f['ttfb_short_p95']):>8} {num(f['ttfb_short_p95_vs_alone']):>9} "
+                         f"{num(f['worst_stall']):>6} {f['errors']:>6}")
+        lines.append(f"{engine:6} peak RSS {by_level['peak_rss_mb']:.0f} MB, loaded in "
+                     f"{by_level['load_seconds']:.1f} s")
+        if "soak" in by_level:
+            s = by_level["soak"]
+            lines.append(f"{engine:6} soak: {s['requests']} requests, {s['errors']} errors, RSS "
+                         f"{s['rss_after_warm_mb']:.0f} -> {s['rss_after_all_mb']:.0f} MB "
+                         f"({100 * s['rss_growth']:+.1f}%)")
+    return "\n".join(lines)

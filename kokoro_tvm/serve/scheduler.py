@@ -1,0 +1,133 @@
+"""One engine shared by every request: synthesis on one worker thread, interleaved chunk by
+chunk.
+
+Each admitted request is a job over its chunk iterator (``Kokoro.stream``). The worker takes
+one chunk at a time: first from jobs that have produced nothing yet (oldest first), so a new
+request's first audio waits for at most the chunk in progress; otherwise round robin, so a
+long text does not hold the engine from the others. Chunks go back to the event loop through
+each job's queue. A job that its client gave up on (``cancel``) or whose deadline passed is
+dropped before its next chunk, and its iterator closed.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from typing import AsyncIterator, Callable, Generator
+
+from kokoro_tvm.runtime.speech import Chunk
+
+
+class QueueFull(Exception):
+    """Admitting another job would exceed the scheduler's limit."""
+
+
+class DeadlineExceeded(Exception):
+    """A job ran past its deadline; it was stopped."""
+
+
+_END = object()
+
+
+class Job:
+    """One request's synthesis: ``chunks`` runs on the worker thread, its results are read on
+    the event loop with ``results()``."""
+
+    def __init__(self, chunks: Generator[Chunk, None, None], deadline: float,
+                 loop: asyncio.AbstractEventLoop):
+        self.chunks, self.deadline, self.loop = chunks, deadline, loop
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.produced = 0
+        self.cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def _deliver(self, item) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+    async def results(self) -> AsyncIterator[Chunk]:
+        """The job's chunks as they are made; raises what synthesis raised. Closing this
+        iterator early (a client that disconnected) cancels the job."""
+        try:
+            while (item := await self.queue.get()) is not _END:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            self.cancel()
+
+
+class Scheduler:
+    """The worker thread and its jobs; at most ``max_jobs`` are admitted at once."""
+
+    def __init__(self, max_jobs: int, on_chunk: Callable[[Chunk, float], None] = lambda c, s: None,
+                 on_drop: Callable[[str], None] = lambda reason: None):
+        self.max_jobs = max_jobs
+        self.on_chunk, self.on_drop = on_chunk, on_drop  # for the metrics
+        self._jobs: deque[Job] = deque()
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._work, name="synthesis", daemon=True)
+        self._thread.start()
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def submit(self, chunks: Generator[Chunk, None, None], timeout: float) -> Job:
+        """A job for ``chunks``, queued; QueueFull if ``max_jobs`` are admitted already."""
+        job = Job(chunks, time.monotonic() + timeout, asyncio.get_running_loop())
+        with self._wake:
+            if len(self._jobs) >= self.max_jobs:
+                raise QueueFull
+            self._jobs.append(job)
+            self._wake.notify()
+        return job
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        self._thread.join()
+
+    def _next_job(self) -> Job | None:
+        """The job to take a chunk from (see the module docstring), None when stopping."""
+        with self._wake:
+            while not self._jobs and not self._stopping:
+                self._wake.wait()
+            if self._stopping:
+                return None
+            job = next((j for j in self._jobs if j.produced == 0), self._jobs[0])
+            self._jobs.remove(job)
+            self._jobs.append(job)  # to the back: the others go before its next chunk
+            return job
+
+    def _drop(self, job: Job, item, reason: str | None = None) -> None:
+        with self._wake:
+            self._jobs.remove(job)
+        job.chunks.close()  # runs the iterator's cleanup on this thread, where it ran
+        if reason is not None:
+            self.on_drop(reason)
+        job._deliver(item)
+
+    def _work(self) -> None:
+        while (job := self._next_job()) is not None:
+            if job.cancelled.is_set():
+                self._drop(job, _END, "disconnected")
+                continue
+            if time.monotonic() > job.deadline:
+                self._drop(job, DeadlineExceeded(), "deadline")
+                continue
+            started = time.perf_counter()
+            try:
+                chunk = next(job.chunks)
+            except StopIteration:
+                self._drop(job, _END)
+                continue
+            except Exception as err:  # noqa: BLE001 - the request's error, not the worker's
+                self._drop(job, err)
+                continue
+            job.produced += 1
+            self.on_chunk(chunk, time.perf_counter() - started)
+            job._deliver(chunk)

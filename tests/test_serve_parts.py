@@ -1,0 +1,220 @@
+"""The server's parts on their own: encoders (PyAV), the request checks, the scheduler.
+The server as its clients call it is tested in tests/test_serve.py."""
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+
+import av
+import numpy as np
+import pytest
+
+from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.runtime.audio_file import pcm16
+from kokoro_tvm.runtime.speech import Chunk
+from kokoro_tvm.serve.encoders import FORMATS, Encoder
+from kokoro_tvm.serve.scheduler import DeadlineExceeded, QueueFull, Scheduler
+from kokoro_tvm.serve.speech_request import APIError, check_text, parse_json
+
+
+def decode(data: bytes, fmt: str) -> tuple[np.ndarray, int]:
+    """Mono samples (float, -1..1) and their rate, decoded by FFmpeg (PyAV)."""
+    if fmt == "pcm":
+        return np.frombuffer(data, "<i2").astype(np.float32) / 32767, SAMPLE_RATE
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.audio[0]
+        frames = [frame.to_ndarray() for frame in container.decode(stream)]
+        rate = stream.rate
+    samples = np.concatenate([f.reshape(f.shape[0], -1)[0] for f in frames])
+    if samples.dtype == np.int16:
+        samples = samples.astype(np.float32) / 32767
+    return samples.astype(np.float32), rate
+
+
+def tone_chunks(seconds=(0.4, 1.1, 0.7), frequency=220.0) -> list[np.ndarray]:
+    """A continuous tone cut into chunks of these lengths, as a stream's chunks are."""
+    total = int(sum(seconds) * SAMPLE_RATE)
+    tone = (0.4 * np.sin(2 * np.pi * frequency * np.arange(total) / SAMPLE_RATE)).astype(
+        np.float32)
+    cuts = np.cumsum([int(s * SAMPLE_RATE) for s in seconds])[:-1]
+    return np.split(tone, cuts)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("streaming", [True, False])
+def test_every_format_decodes_whole(fmt, streaming):
+    """Each format decodes to the whole tone at its length (lossy codecs add at most their
+    priming and padding, 0.1 s) with no cut tail; lossless ones carry exactly pcm16 of the
+    samples, across chunk joins."""
+    chunks = tone_chunks()
+    encoder = Encoder(fmt, streaming=streaming)
+    data = b"".join(encoder.write(c) for c in chunks) + encoder.close()
+    samples, rate = decode(data, fmt)
+    whole = np.concatenate(chunks)
+    seconds = len(whole) / SAMPLE_RATE
+    assert len(samples) / rate == pytest.approx(seconds, abs=0.1 if not FORMATS[fmt].lossless
+                                                else 1e-9)
+    assert len(samples) / rate >= seconds - 1e-9  # nothing cut at the end
+    if FORMATS[fmt].lossless:
+        assert np.array_equal(np.round(samples * 32767).astype(np.int16), pcm16(whole))
+    else:  # the tone survives to its last 50 ms: the encoder's tail was flushed
+        end = int(seconds * rate)
+        tail = samples[end - rate // 20:end]
+        assert np.sqrt(np.mean(tail ** 2)) > 0.2
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_streamed_bytes_leave_with_each_chunk(fmt):
+    """A streaming encoder hands out bytes for the first chunk before the next one is given
+    (opus's Ogg pages included), so a client hears the lead while the rest is synthesized."""
+    encoder = Encoder(fmt, streaming=True)
+    first = encoder.write(tone_chunks()[1])  # 1.1 s
+    assert len(first) > 0
+    rest = encoder.close()  # the encoders' tails and trailers: nothing for raw samples
+    assert len(first) > len(rest)
+
+
+def test_pcm16_rounds_and_clips():
+    samples = np.array([0.0, 0.5, -0.5, 1.0, -1.0, 1.7, -3.0, 1 / 32767 * 0.6], np.float32)
+    assert pcm16(samples).tolist() == [0, 16384, -16384, 32767, -32767, 32767, -32767, 1]
+
+
+@pytest.mark.parametrize("body, message", [
+    (b'{"input": ', "not valid JSON"),
+    (b'{"speed": NaN}', "NaN is not a JSON number"),
+    (b'{"speed": Infinity}', "Infinity is not a JSON number"),
+    (b'\xff\xfe{}', "not UTF-8 (byte 0)"),
+    (b'[1, 2]', "JSON list, not an object"),
+    (b'{"seed": ' + b"9" * 5000 + b"}", "not valid JSON"),
+])
+def test_bodies_that_are_not_a_json_object_are_named(body, message):
+    with pytest.raises(APIError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
+        parse_json(body)
+    assert err.value.status == 400
+
+
+def test_text_checks_name_length_controls_and_emptiness():
+    assert check_text("Tabs\tand\nnewlines are fine.", 100) == "Tabs\tand\nnewlines are fine."
+    with pytest.raises(APIError, match="over this server's limit of 5") as err:
+        check_text("Hello there", 5)
+    assert err.value.status == 413 and err.value.code == "input_too_long"
+    with pytest.raises(APIError, match="control character U\\+0007 at position 5"):
+        check_text("Hello\x07", 100)
+    with pytest.raises(APIError, match="'input' is empty"):
+        check_text("  \n ", 100)
+    assert json.loads(json.dumps(APIError(400, "m", param="p").body())) == {
+        "error": {"message": "m", "type": "invalid_request_error", "param": "p", "code": None}}
+
+
+class CountingChunks:
+    """A job's chunk iterator: ``count`` chunks named ``name:i``, each taking ``seconds``;
+    records when it was closed."""
+
+    def __init__(self, name: str, count: int, log: list, seconds: float = 0.0):
+        self.name, self.count, self.log, self.seconds = name, count, log, seconds
+        self.closed = False
+
+    def __iter__(self):
+        return self.generate()
+
+    def generate(self):
+        import time
+
+        try:
+            for i in range(self.count):
+                time.sleep(self.seconds)
+                self.log.append(f"{self.name}:{i}")
+                yield Chunk(f"{self.name}:{i}", "", np.zeros(240, np.float32), 0.0)
+        finally:
+            self.closed = True
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def test_new_jobs_go_first_then_round_robin():
+    """A job that has produced nothing goes before the others' next chunks; the rest take
+    turns, so a long job does not hold the engine."""
+    async def scenario():
+        log: list[str] = []
+        scheduler = Scheduler(max_jobs=4)
+        long = scheduler.submit(iter(CountingChunks("long", 6, log, 0.05)), timeout=60)
+        long_results = long.results()
+        first = await long_results.__anext__()
+        assert first.text == "long:0"
+        short = scheduler.submit(iter(CountingChunks("short", 2, log, 0.05)), timeout=60)
+        other = scheduler.submit(iter(CountingChunks("other", 2, log, 0.05)), timeout=60)
+        got = {}
+        for name, job in (("short", short), ("other", other)):
+            got[name] = [c.text async for c in job.results()]
+        rest = [c.text async for c in long_results]
+        scheduler.stop()
+        return log, got, rest
+
+    log, got, rest = run(scenario())
+    assert got == {"short": ["short:0", "short:1"], "other": ["other:0", "other:1"]}
+    assert rest == [f"long:{i}" for i in range(1, 6)]
+    # long:1 may have started before the others arrived; then both new jobs' first chunks
+    # come before any more of long's, and the turns alternate.
+    start = log.index("short:0")
+    assert log[start:start + 2] == ["short:0", "other:0"]
+    assert log.index("long:5") > log.index("short:1")
+
+
+def test_a_cancelled_job_stops_before_its_next_chunk_and_is_closed():
+    async def scenario():
+        log: list[str] = []
+        scheduler = Scheduler(max_jobs=2)
+        chunks = CountingChunks("long", 50, log, 0.02)
+        job = scheduler.submit(iter(chunks), timeout=60)
+        results = job.results()
+        await results.__anext__()
+        await results.aclose()  # what a disconnected client's response does
+        await asyncio.sleep(0.3)
+        scheduler.stop()
+        return log, chunks, len(scheduler)
+
+    log, chunks, queued = run(scenario())
+    assert len(log) < 5 and chunks.closed and queued == 0
+
+
+def test_queue_limit_and_deadline():
+    async def scenario():
+        log: list[str] = []
+        scheduler = Scheduler(max_jobs=1)
+        slow = scheduler.submit(iter(CountingChunks("slow", 30, log, 0.05)), timeout=0.2)
+        with pytest.raises(QueueFull):
+            scheduler.submit(iter(CountingChunks("more", 1, log)), timeout=60)
+        with pytest.raises(DeadlineExceeded):
+            async for _ in slow.results():
+                pass
+        after = scheduler.submit(iter(CountingChunks("after", 1, log)), timeout=60)
+        texts = [c.text async for c in after.results()]
+        scheduler.stop()
+        return log, texts
+
+    log, texts = run(scenario())
+    assert texts == ["after:0"]
+    assert 1 <= sum(entry.startswith("slow") for entry in log) < 10
+
+
+def test_an_error_in_synthesis_reaches_its_request_alone():
+    def failing():
+        yield Chunk("ok", "", np.zeros(10, np.float32), 0.0)
+        raise ValueError("the engine failed")
+
+    async def scenario():
+        scheduler = Scheduler(max_jobs=2)
+        job = scheduler.submit(failing(), timeout=60)
+        texts = []
+        with pytest.raises(ValueError, match="the engine failed"):
+            async for chunk in job.results():
+                texts.append(chunk.text)
+        other = scheduler.submit(iter(CountingChunks("next", 1, [])), timeout=60)
+        texts += [c.text async for c in other.results()]
+        scheduler.stop()
+        return texts
+
+    assert run(scenario()) == ["ok", "next:0"]
