@@ -142,13 +142,16 @@ def say(args: argparse.Namespace) -> int:
 
 def voices(args: argparse.Namespace) -> int:
     from kokoro_tvm.runtime.model_folder import ModelFolder
+    from kokoro_tvm.runtime.voices import describe_voice
 
     for name in ModelFolder(_model_path(args)).voices:
-        try:
-            lang = g2p.language_of_voice(name)
-        except g2p.G2PError:
-            lang = "(no G2P here: give --lang)"
-        print(f"{name}\t{lang}")
+        voice = describe_voice(name)
+        language = (f"{voice.language}\t{voice.language_name}" if voice.language
+                    else "-\t(its name names no language: give --lang)")
+        row = [name, language, voice.gender or "-"]
+        if voice.unavailable:
+            row.append(f"unavailable: {voice.unavailable}")
+        print("\t".join(row))
     return 0
 
 
@@ -201,7 +204,8 @@ def parser() -> argparse.ArgumentParser:
                    help="a progress bar over the text's sentences (default: on a terminal, "
                         "unless --stream or --verbose print per-chunk lines)")
     p.set_defaults(run=say)
-    v = commands.add_parser("voices", help="list the voices of a model folder and their languages")
+    v = commands.add_parser("voices", help="list the voices of a model folder: name, language, "
+                                           "gender, and why any cannot be spoken here")
     _model_argument(v)
     v.set_defaults(run=voices)
     return top

@@ -10,6 +10,7 @@ import functools
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 import soundfile
 from conftest import BIN, model_folder
 
+from kokoro_tvm import cli
 from kokoro_tvm.facts import SAMPLE_RATE
 from kokoro_tvm.runtime import g2p
 from kokoro_tvm.runtime.audio_file import (
@@ -161,10 +163,35 @@ def test_target_names_this_builds_model_folder(built):
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
 
 
+def with_voices(built: Path, folder: Path, *names: str) -> Path:
+    """A copy of the tiny model folder in ``folder`` with more voices, each af_heart's table."""
+    shutil.copytree(model_folder(built), folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for name in names:
+        shutil.copy(folder / "voices/af_heart.npy", folder / f"voices/{name}.npy")
+        manifest["voices"].append(name)
+        manifest["files"][f"voices/{name}.npy"] = manifest["files"]["voices/af_heart.npy"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
 def test_voices_lists_the_model_folders_voices_with_their_language(built):
     done = kokoro_tvm("voices", "--model", str(model_folder(built)))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["af_heart\ten-us"]
+    assert done.stdout.splitlines() == ["af_heart\ten-us\tAmerican English\tfemale"]
+
+
+def test_voices_say_why_a_voices_language_cannot_be_spoken(built, tmp_path, monkeypatch,
+                                                            capsys):
+    """A voice whose language's G2P is not installed is listed, with the extra to install."""
+    folder = with_voices(built, tmp_path / "model", "xx_custom", "zm_yunxi")
+    monkeypatch.setitem(sys.modules, "jieba", None)  # as if kokoro-tvm[zh] were not installed
+    assert cli.main(["voices", "--model", str(folder)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "af_heart\ten-us\tAmerican English\tfemale",
+        "xx_custom\t-\t(its name names no language: give --lang)\t-",
+        "zm_yunxi\tzh\tMandarin Chinese\tmale\tunavailable: Mandarin Chinese (zh) needs jieba, "
+        "not installed here: pip install 'kokoro-tvm[zh]'"]
 
 
 def test_speed_range_is_checked_as_a_number():
@@ -201,14 +228,7 @@ def test_output_in_a_folder_that_cannot_be_written_is_refused(tmp_path):
 def test_language_defaults_to_the_voices(built, tmp_path):
     """A British voice speaks British English unless --lang says otherwise (Kokoro's rule:
     the first letter of the voice names its language)."""
-    folder = tmp_path / "model"
-    shutil.copytree(model_folder(built), folder)
-    shutil.copy(folder / "voices/af_heart.npy", folder / "voices/bf_emma.npy")
-    manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["voices"].append("bf_emma")
-    manifest["files"]["voices/bf_emma.npy"] = manifest["files"]["voices/af_heart.npy"]
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-    tts = Kokoro(folder)
+    tts = Kokoro(with_voices(built, tmp_path / "model", "bf_emma"))
     assert tts.voices == ["af_heart", "bf_emma"]
     assert tts.check_request("Hello.", "bf_emma", 1.0, None) == (1.0, "en-gb")
     assert tts.check_request("Hello.", "af_heart", 1.0, None) == (1.0, "en-us")

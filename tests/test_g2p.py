@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import REPO
 
 from kokoro_tvm.runtime import g2p
 from kokoro_tvm.runtime.kokoro import Kokoro, RequestError, check_request
@@ -230,6 +231,16 @@ def test_a_g2p_that_fails_to_import_names_the_error_and_the_extra(
     assert str(failed.value) == (
         "Mandarin Chinese (zh): its G2P failed to import (cannot import name 'to_tone3' from "
         "'pypinyin.contrib.tone_convert'): pip install 'kokoro-tvm[zh]'")
+
+
+def test_each_languages_extra_is_in_pyproject_and_in_the_test_install():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    named = {language.extra for language in g2p.LANGUAGE_TABLE.values()} - {None}
+    assert named == {"espeak", "ja", "zh"} and named <= set(extras)
+    (tested,) = [r for r in extras["test"] if r.startswith("kokoro-tvm[")]
+    assert named <= set(tested.removeprefix("kokoro-tvm[").removesuffix("]").split(","))
 
 
 def test_voices_are_described_by_their_names():

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import importlib
 import importlib.util
+import logging
 import re
 import sys
 from dataclasses import dataclass
@@ -77,14 +78,15 @@ def _japanese(lang: str) -> Callable[[str], str]:
 
 
 def _mandarin(lang: str) -> Callable[[str], str]:
-    import logging
-
     import jieba
     from misaki import zh
 
     jieba.setLogLevel(logging.WARNING)  # else its dictionary loading is logged on stderr
     # version None: Kokoro-82M's G2P (KPipeline passes '1.1' for Kokoro-82M-v1.1-zh alone).
     g2p = zh.ZHG2P(version=None)
+    # jieba and pypinyin load their dictionaries at the first text, about 3 s: here, so that
+    # a G2P loaded with the model (Kokoro's languages) leaves none of it to the first request.
+    g2p("中文")
     return lambda text: g2p(text)[0]
 
 
