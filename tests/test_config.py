@@ -32,7 +32,8 @@ BAD_CONFIGS = {
     "unknown key": ({"weights": {"sorce": "hf"}}, "weights"),
     "voice folder missing": ({"voices": {"source": "path", "folder": "no-such-dir"}},
                              "voices.folder"),
-    "report voice not built": ({"report": {"voice": "am_puck"}}, "report.voice"),
+    "report voice not built": ({"voices": {"names": ["af_heart"]}, "report": {"voice": "am_puck"}},
+                               "report.voice"),
     "int8 on a CPU without VNNI": ({"targets": ["old"], "target_options": {"old": {
         "kind": "llvm", "mcpu": "skylake-avx512", "precision": "int8"}}},
                                    "target_options.old.precision"),
