@@ -339,9 +339,24 @@ def test_a_long_sentence_after_a_short_one_is_paced_too(tiny_assets, margin):
 def _pacing_at(buffered: float, seconds_per_frame: float = 0.005) -> Pacing:
     """A stream whose player has ``buffered`` seconds left to play now."""
     pacing = Pacing(clock=lambda: 10.0)
-    pacing.first_ready, pacing.sent_seconds = 10.0, buffered
+    pacing.sent(int(buffered * SAMPLE_RATE))
     pacing.seconds_per_frame = seconds_per_frame
     return pacing
+
+
+def test_pacing_counts_what_is_left_to_play_after_the_player_has_waited():
+    now = [0.0]
+    pacing = Pacing(clock=lambda: now[0])
+    assert pacing.buffered_seconds() is None
+    pacing.sent(SAMPLE_RATE)  # 1 s ready at 0 s
+    now[0] = 0.25
+    assert pacing.buffered_seconds() == pytest.approx(0.75)
+    pacing.sent(SAMPLE_RATE // 2)
+    now[0] = 2.0  # played out at 1.5 s: the player waits
+    assert pacing.buffered_seconds() == 0
+    pacing.sent(SAMPLE_RATE)  # plays from 2 s, not from 1.5 s
+    now[0] = 2.5
+    assert pacing.buffered_seconds() == pytest.approx(0.5)
 
 
 def test_pacing_decodes_less_when_less_audio_is_left_to_play(margin):

@@ -95,7 +95,7 @@ FRAME_SECONDS = SAMPLES_PER_FRAME / SAMPLE_RATE
 # whole's), each chunk the frames from the last cut to a later word gap, LEAD_CONTEXT_FRAMES
 # before its window's end. Plans take a decode to last PACING_MARGIN times what the stream's own
 # decodes so far predict: the machine's load changes between decodes.
-PACING_MARGIN = 1.5
+PACING_MARGIN = 1.25
 # Plans look this many windows ahead, among at most PLAN_CANDIDATES windows (one per decoder
 # bucket: its last gap): 697 plans at most, a few milliseconds against decodes of 0.1 s and more.
 PLAN_WINDOWS = 3
@@ -151,21 +151,22 @@ class Pacing:
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter):
         self.clock = clock
-        self.first_ready: float | None = None
-        self.sent_seconds = 0.0
+        self.played_until: float | None = None  # when the player runs out of audio
         self.seconds_per_frame = 0.0  # per frame the decoder computes, bucket padding included
 
     def sent(self, samples: int) -> None:
-        """A chunk of ``samples`` is ready now."""
-        if self.first_ready is None:
-            self.first_ready = self.clock()
-        self.sent_seconds += samples / SAMPLE_RATE
+        """A chunk of ``samples`` is ready now: it plays once the audio before it has, or now
+        if the player has run out and waits."""
+        now = self.clock()
+        starts = now if self.played_until is None else max(now, self.played_until)
+        self.played_until = starts + samples / SAMPLE_RATE
 
     def buffered_seconds(self) -> float | None:
-        """The audio sent and not yet played; None before the first chunk."""
-        if self.first_ready is None:
+        """The audio sent and not yet played (0 while the player waits); None before the first
+        chunk."""
+        if self.played_until is None:
             return None
-        return self.sent_seconds - (self.clock() - self.first_ready)
+        return max(self.played_until - self.clock(), 0.0)
 
     def decode(self, engine: LeadingEngine, prosody: Prosody, frames: int | None) -> np.ndarray:
         """``engine.decode``, timed: a slower decode than expected counts at once, a faster one
