@@ -8,7 +8,9 @@ machine's load or clock during the run hits every engine alike (docs/decisions.m
 turns). Reported per engine: real-time factor
 (synthesis seconds / audio seconds over all sentences), median over the rounds with every
 round's value; first-audio latency (text in -> first sentence's audio out, streaming a
-long paragraph, PARAGRAPH), median over the rounds; load seconds, peak RSS and whether PyTorch was
+long paragraph, PARAGRAPH), median over the rounds; the worst stall of each of STREAMED streamed
+whole (metrics.worst_stall: the longest silence of a player that starts at the first chunk),
+median over the rounds with every round's value; load seconds, peak RSS and whether PyTorch was
 loaded (the TVM engine runs in a runtime-only install when given its interpreter); plus each
 engine's median RTF relative to PyTorch's.
 """
@@ -52,6 +54,20 @@ PARAGRAPH = " ".join((
     "At the far end of the hall, a single lamp lit the piano and the empty chairs around it.",
     "When the results finally arrived, they confirmed what the team had suspected for months.",
 ))
+# Streams whose stalls are measured (runtime/speech.py, Pacing): the first-audio paragraph, three
+# sentences whose first is long (its lead is followed by most of a sentence), and a short
+# sentence before a long one (whose audio is all there is to play while the long one starts).
+THREE_SENTENCES = " ".join((
+    "When the last train had left and the platform lights were dimmed one by one, the station"
+    " master walked slowly along the tracks, listening for anything out of place.",
+    "Nothing moved.",
+    "He locked the gate, put the keys in his coat pocket, and went home through the snow.",
+))
+SHORT_THEN_LONG = ("Good morning. Before we begin, please make sure that your phone is switched"
+                   " off, that your bags are under the seat in front of you, and that you know"
+                   " where the nearest exit is.")
+STREAMED = {"paragraph": PARAGRAPH, "three_sentences": THREE_SENTENCES,
+            "short_then_long": SHORT_THEN_LONG}
 ENGINES = ("tvm", "torch", "onnxruntime")
 ROUNDS = 5
 
@@ -108,17 +124,28 @@ def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
 
         speak_only()
     from kokoro_tvm.facts import SAMPLE_RATE
+    from kokoro_tvm.measure.metrics import worst_stall
     from kokoro_tvm.runtime.g2p import sentences
     from kokoro_tvm.runtime.speech import speak, speak_chunks
+
+    def streamed(text: str) -> tuple[float, float, str]:
+        """First-audio seconds, the worst stall and the first chunk's text of ``text``
+        streamed whole, each chunk taken as soon as it is ready."""
+        ready, audio, spoken, started = [], [], [], time.perf_counter()
+        for chunk in speak_chunks(engine, text, voice, speaker=speaker, per_sentence=True):
+            ready.append(time.perf_counter() - started)
+            audio.append(len(chunk.samples) / SAMPLE_RATE)
+            spoken.append(chunk.text)
+        return ready[0], worst_stall(ready, audio), spoken[0]
 
     started = time.perf_counter()
     engine, speaker = _make_engine(name, root, target, threads)
     load_seconds = time.perf_counter() - started
     for sentence in texts:  # warm-up: first calls load libraries, prepare weights, allocate
         speak(engine, sentence, voice, speaker=speaker)
-    first = next(iter(speak_chunks(engine, PARAGRAPH, voice, speaker=speaker, per_sentence=True)))
+    warm = {stream: streamed(text) for stream, text in STREAMED.items()}  # windows' buckets
     # Whether first audio is a lead (the first sentence's first words) or a whole sentence.
-    led = len(first.text.split()) < len(sentences(PARAGRAPH)[0].split())
+    led = len(warm["paragraph"][2].split()) < len(sentences(PARAGRAPH)[0].split())
     replies.put("ready")
     while requests.get() == "round":
         synth, audio = 0.0, 0.0
@@ -127,10 +154,11 @@ def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
             samples = len(speak(engine, sentence, voice, speaker=speaker))
             synth += time.perf_counter() - started
             audio += samples / SAMPLE_RATE
-        started = time.perf_counter()
-        next(iter(speak_chunks(engine, PARAGRAPH, voice, speaker=speaker, per_sentence=True)))
+        streams = {stream: streamed(text) for stream, text in STREAMED.items()}
         replies.put({"synthesis_seconds": synth, "audio_seconds": audio,
-                     "first_audio_seconds": time.perf_counter() - started})
+                     "first_audio_seconds": streams["paragraph"][0],
+                     "worst_stall_seconds": {stream: stall
+                                             for stream, (_, stall, _) in streams.items()}})
     replies.put({"load_seconds": load_seconds, "python": sys.executable,
                  "first_audio_lead": led,
                  "torch_loaded": "torch" in sys.modules,
@@ -232,14 +260,20 @@ def benchmark(root: str | Path, target: str, threads: int, voice: str, engines: 
                       synthesis_seconds=statistics.median(
                           m["synthesis_seconds"] for m in measured[name]),
                       first_audio_seconds=statistics.median(
-                          m["first_audio_seconds"] for m in measured[name]))
+                          m["first_audio_seconds"] for m in measured[name]),
+                      worst_stall_seconds={stream: statistics.median(
+                          m["worst_stall_seconds"][stream] for m in measured[name])
+                          for stream in STREAMED},
+                      worst_stall_rounds={stream: [m["worst_stall_seconds"][stream]
+                                                   for m in measured[name]]
+                                          for stream in STREAMED})
         results.append(result)
     torch_rtf = next((r["rtf"] for r in results if r["engine"] == "torch"), None)
     for result in results:
         result["rtf_vs_torch"] = result["rtf"] / torch_rtf if torch_rtf else None
     return {"target": target, "threads": threads, "voice": voice, "sentences": list(texts),
-            "first_audio_paragraph": PARAGRAPH, "rounds": rounds, "cpu_count": os.cpu_count(),
-            "engines": results}
+            "first_audio_paragraph": PARAGRAPH, "streamed": STREAMED, "rounds": rounds,
+            "cpu_count": os.cpu_count(), "engines": results}
 
 
 def plot(figures: dict[str, Any], dest: str | Path) -> None:
