@@ -1,6 +1,7 @@
 """The HTTP app: OpenAI's speech API and the routes a client looks for, over one ``Kokoro``.
 
-Routes: ``POST /v1/audio/speech``, ``GET /v1/models``, ``GET /v1/audio/voices``,
+Routes: ``POST /v1/audio/speech``, ``POST /dev/captioned_speech`` (audio with word timestamps),
+``GET /v1/models``, ``GET /v1/audio/voices``, ``GET /`` (the playground page, page/index.html),
 ``GET /health``, ``GET /metrics``. Errors have OpenAI's shape (speech_request.APIError); with an
 API key, every ``/v1`` route wants ``Authorization: Bearer KEY``. docs/serving.md describes the
 scheduling, limits and figures.
@@ -8,11 +9,13 @@ scheduling, limits and figures.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hmac
 import json
 import logging
 import time
 from dataclasses import dataclass
+from importlib import resources
 from typing import AsyncIterator
 
 from sse_starlette.sse import EventSourceResponse, ServerSentEvent
@@ -122,49 +125,62 @@ class SpeechService:
             self.metrics.queue_depth.dec()
             await results.aclose()
 
-    async def speech(self, request: Request) -> Response:
+    async def _synthesis(self, request: Request, fields: tuple[str, ...] = ()
+                         ) -> tuple[SpeechRequest, AsyncIterator[Chunk], Encoder, float]:
+        """The checked request, its chunks (the first made already), its encoder and when it
+        arrived; ``fields`` are a route's own besides the speech request's."""
         arrived = time.perf_counter()
         body = parse_json(await read_body(request, self.limits.max_body))
-        wanted = speech_request(body, self.tts, self.limits.max_chars)
+        wanted = speech_request(body, self.tts, self.limits.max_chars, fields)
         chunks = await self._first_and_rest(wanted)
-        encoder = Encoder(wanted.response_format, streaming=wanted.stream)
-        media_type = FORMATS[wanted.response_format].media_type
+        return wanted, chunks, Encoder(wanted.response_format, streaming=wanted.stream), arrived
 
-        def first_byte() -> None:
-            self.metrics.first_byte.observe(time.perf_counter() - arrived)
+    async def _whole(self, request: Request, chunks: AsyncIterator[Chunk], encoder: Encoder,
+                     arrived: float) -> tuple[bytes, list[Chunk]] | None:
+        """Every chunk encoded, for a response sent whole; None if the client left."""
+        spoken = []
+        async for chunk in chunks:
+            encoder.write(chunk.samples)
+            spoken.append(chunk)
+            if await request.is_disconnected():
+                await chunks.aclose()  # stops the synthesis before its next chunk
+                return None
+        self.metrics.first_byte.observe(time.perf_counter() - arrived)
+        return encoder.close(), spoken
 
-        if not wanted.stream:
+    async def _encoded(self, chunks: AsyncIterator[Chunk], encoder: Encoder, arrived: float
+                       ) -> AsyncIterator[tuple[bytes, Chunk | None]]:
+        """Each chunk with the bytes it adds to the stream, then the encoder's tail (None)."""
+        sent = False
+        try:
             async for chunk in chunks:
-                encoder.write(chunk.samples)
-                if await request.is_disconnected():
-                    await chunks.aclose()  # stops the synthesis before its next chunk
-                    return Response(status_code=499)
-            first_byte()
-            return Response(encoder.close(), media_type=media_type)
+                data = encoder.write(chunk.samples)
+                if data and not sent:
+                    self.metrics.first_byte.observe(time.perf_counter() - arrived)
+                    sent = True
+                yield data, chunk
+            yield encoder.close(), None
+        except DeadlineExceeded:
+            # The status is sent already: end the connection without the final chunk, so the
+            # client sees a cut response rather than a short file it takes as whole.
+            raise RuntimeError(f"deadline of {self.limits.timeout} s passed") from None
+        finally:
+            await chunks.aclose()
 
-        async def encoded() -> AsyncIterator[bytes]:
-            sent = False
-            try:
-                async for chunk in chunks:
-                    data = encoder.write(chunk.samples)
-                    if data:
-                        if not sent:
-                            first_byte()
-                        sent = True
-                        yield data
-                yield encoder.close()
-            except DeadlineExceeded:
-                # The status is sent already: end the connection without the final chunk, so
-                # the client sees a cut response rather than a short file it takes as whole.
-                raise RuntimeError(f"deadline of {self.limits.timeout} s passed") from None
-            finally:
-                await chunks.aclose()
-
+    async def speech(self, request: Request) -> Response:
+        """``POST /v1/audio/speech``: OpenAI's speech request (docs/serving.md)."""
+        wanted, chunks, encoder, arrived = await self._synthesis(request)
+        media_type = FORMATS[wanted.response_format].media_type
+        if not wanted.stream:
+            whole = await self._whole(request, chunks, encoder, arrived)
+            return Response(whole[0], media_type=media_type) if whole else Response(status_code=499)
+        encoded = self._encoded(chunks, encoder, arrived)
         if wanted.stream_format == "audio":
-            return StreamingResponse(encoded(), media_type=media_type)
+            return StreamingResponse((data async for data, _ in encoded if data),
+                                     media_type=media_type)
 
         async def events() -> AsyncIterator[ServerSentEvent]:
-            async for data in encoded():
+            async for data, _ in encoded:
                 if data:
                     yield _event("speech.audio.delta",
                                  {"audio": base64.b64encode(data).decode("ascii")})
@@ -173,6 +189,35 @@ class SpeechService:
                 "input_tokens": characters, "output_tokens": 0, "total_tokens": characters}})
 
         return EventSourceResponse(events())
+
+    async def captioned(self, request: Request) -> Response:
+        """``POST /dev/captioned_speech``, in Kokoro-FastAPI's shape: the speech request; the
+        audio (base64) with its words' start and end seconds, as one JSON object, or streamed as
+        one JSON object a line, each chunk's words with its audio."""
+        wanted, chunks, encoder, arrived = await self._synthesis(
+            request, fields=("return_timestamps",))
+        media_type = FORMATS[wanted.response_format].media_type
+        if not wanted.stream:
+            whole = await self._whole(request, chunks, encoder, arrived)
+            if whole is None:
+                return Response(status_code=499)
+            data, spoken = whole
+            return JSONResponse(_captioned(data, media_type,
+                                           [w for chunk in spoken for w in chunk.words]))
+
+        async def lines() -> AsyncIterator[str]:
+            async for data, chunk in self._encoded(chunks, encoder, arrived):
+                words = chunk.words if chunk is not None else ()
+                if data or words:
+                    yield json.dumps(_captioned(data, media_type, words)) + "\n"
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+def _captioned(audio: bytes, media_type: str, words) -> dict:
+    return {"audio": base64.b64encode(audio).decode("ascii"), "audio_format": media_type,
+            "timestamps": [{"word": w.text, "start_time": round(w.start, 3),
+                            "end_time": round(w.end, 3)} for w in words]}
 
 
 def _event(kind: str, fields: dict) -> ServerSentEvent:
@@ -265,6 +310,11 @@ def create_app(tts: Kokoro, limits: Limits = Limits(), api_key: str | None = Non
         return JSONResponse({"status": "ready", "target": tts.folder.target,
                              "voices": len(tts.voices), "queue": len(service.scheduler)})
 
+    page = (resources.files("kokoro_tvm.serve") / "page" / "index.html").read_bytes()
+
+    async def playground(request: Request) -> Response:
+        return Response(page, media_type="text/html; charset=utf-8")
+
     async def metrics_route(request: Request) -> Response:
         return Response(metrics.text(), media_type="text/plain; version=0.0.4")
 
@@ -272,8 +322,9 @@ def create_app(tts: Kokoro, limits: Limits = Limits(), api_key: str | None = Non
         return _error_response(error)
 
     async def http_error(request: Request, error: HTTPException) -> Response:
-        what = {404: f"no route {request.url.path}: this server has "
-                     "/v1/audio/speech, /v1/audio/voices, /v1/models, /health and /metrics",
+        what = {404: f"no route {request.url.path}: this server has /v1/audio/speech, "
+                     "/dev/captioned_speech, /v1/audio/voices, /v1/models, /, /health and "
+                     "/metrics",
                 405: f"{request.method} is not allowed on {request.url.path}"}
         return _error_response(APIError(error.status_code,
                                         what.get(error.status_code, str(error.detail))))
@@ -283,15 +334,22 @@ def create_app(tts: Kokoro, limits: Limits = Limits(), api_key: str | None = Non
         return _error_response(APIError(500, "the server failed on this request (its log has "
                                              "the details)", kind="server_error"))
 
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        service.scheduler.stop()
+
     app = Starlette(
         routes=[Route("/v1/audio/speech", service.speech, methods=["POST"]),
+                Route("/dev/captioned_speech", service.captioned, methods=["POST"]),
                 Route("/v1/models", _models, methods=["GET"]),
                 Route("/v1/audio/voices", voices_route, methods=["GET"]),
+                Route("/", playground, methods=["GET"]),
                 Route("/health", health, methods=["GET"]),
                 Route("/metrics", metrics_route, methods=["GET"])],
         exception_handlers={APIError: api_error, HTTPException: http_error,
                             Exception: server_error},
-        on_shutdown=[service.scheduler.stop])
+        lifespan=lifespan)
 
     if api_key is not None:
         app.add_middleware(Authorised, api_key=api_key)

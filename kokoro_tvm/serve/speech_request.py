@@ -163,12 +163,18 @@ def _stream(body: dict[str, Any]) -> bool:
     return value
 
 
-def speech_request(body: dict[str, Any], tts: Kokoro, max_chars: int) -> SpeechRequest:
-    """The request ``body`` (parsed JSON) asks for, every field checked against ``tts``."""
-    unknown = sorted(set(body) - set(FIELDS))
+def speech_request(body: dict[str, Any], tts: Kokoro, max_chars: int,
+                   route_fields: tuple[str, ...] = ()) -> SpeechRequest:
+    """The request ``body`` (parsed JSON) asks for, every field checked against ``tts``;
+    ``route_fields`` are a route's own fields, accepted besides FIELDS (each a boolean)."""
+    known = FIELDS + route_fields
+    unknown = sorted(set(body) - set(known))
     if unknown:
-        raise APIError(400, f"unrecognized request argument {unknown[0]!r}: this server takes "
-                            f"{', '.join(FIELDS)}", param=unknown[0])
+        raise APIError(400, f"unrecognized request argument {unknown[0]!r}: this route takes "
+                            f"{', '.join(known)}", param=unknown[0])
+    for name in route_fields:
+        if not isinstance(body.get(name, True), bool):
+            raise APIError(400, f"'{name}' must be true or false", param=name)
     _choice(body, "model", MODELS, None)
     text = check_text(_string(body, "input"), max_chars)
     voice = _voice(body)
