@@ -88,7 +88,7 @@ def _text(args: argparse.Namespace) -> str:
 def say(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from kokoro_tvm.runtime.audio_file import check_output, write_audio
+    from kokoro_tvm.runtime.audio_file import check_output, pcm16, write_audio
     from kokoro_tvm.runtime.kokoro import Kokoro, check_request
     from kokoro_tvm.runtime.model_folder import ModelFolder
 
@@ -112,8 +112,7 @@ def say(args: argparse.Namespace) -> int:
         first_audio = first_audio or time.perf_counter() - loaded
         chunks.append(chunk.samples)
         if args.stream and args.output == "-":  # raw 16-bit mono PCM, as each chunk is ready
-            pcm = np.clip(chunk.samples * 32767, -32768, 32767).astype("<i2")
-            sys.stdout.buffer.write(pcm.tobytes())
+            sys.stdout.buffer.write(pcm16(chunk.samples).tobytes())
             sys.stdout.buffer.flush()
         if args.stream or args.verbose:
             print(f"  chunk {len(chunks)} at {chunk.start_seconds:.2f} s of audio, "
@@ -152,6 +151,32 @@ def voices(args: argparse.Namespace) -> int:
         if voice.unavailable:
             row.append(f"unavailable: {voice.unavailable}")
         print("\t".join(row))
+    return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    from kokoro_tvm.runtime.model_folder import ModelFolder
+
+    try:
+        from kokoro_tvm.serve.app import Limits
+        from kokoro_tvm.serve.server import ready_model
+        from kokoro_tvm.serve.server import serve as run_server
+    except ImportError as err:
+        raise UserError(f"serve needs the server's packages ({err.name} is missing): "
+                        "pip install 'kokoro-tvm[serve]'") from err
+    for name in ("max_chars", "max_queue", "timeout"):
+        if not getattr(args, name) > 0:
+            raise UserError(f"--{name.replace('_', '-')} must be more than 0")
+    limits = Limits(max_chars=args.max_chars, max_queue=args.max_queue, timeout=args.timeout)
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port {args.port} is not a port number: give one from 0 to 65535")
+    folder = ModelFolder(_model_path(args))
+    folder.check_lstm(args.lstm)
+    started = time.perf_counter()
+    tts = ready_model(folder, engine=_engine(args, folder), lstm=args.lstm)
+    print(f"kokoro-tvm: {folder.path} ready in {time.perf_counter() - started:.1f} s "
+          f"({len(tts.voices)} voices, {args.engine} engine)", file=sys.stderr)
+    run_server(tts, args.host, args.port, limits, args.api_key)
     return 0
 
 
@@ -204,6 +229,23 @@ def parser() -> argparse.ArgumentParser:
                    help="a progress bar over the text's sentences (default: on a terminal, "
                         "unless --stream or --verbose print per-chunk lines)")
     p.set_defaults(run=say)
+    s = commands.add_parser("serve", help="serve OpenAI's speech API (POST /v1/audio/speech)")
+    _model_argument(s)
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
+    s.add_argument("--port", type=int, default=8880, help="port to listen on (default 8880)")
+    s.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' on every /v1 route")
+    s.add_argument("--engine", default="tvm", choices=ENGINES,
+                   help="tvm: the compiled libraries (default); torch: the PyTorch reference")
+    s.add_argument("--lstm", default=None, help="LSTM lowering, as for say")
+    s.add_argument("--max-chars", type=int, default=4096,
+                   help="longest 'input' accepted, in characters (default 4096, OpenAI's)")
+    s.add_argument("--max-queue", type=int, default=16,
+                   help="speech requests admitted at once; more get 503 (default 16)")
+    s.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds a speech request may take from admission (default 600)")
+    s.set_defaults(run=serve)
     v = commands.add_parser("voices", help="list the voices of a model folder: name, language, "
                                            "gender, and why any cannot be spoken here")
     _model_argument(v)
@@ -213,7 +255,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.command == "say" and args.engine == "tvm":
+    if args.command in ("say", "serve") and args.engine == "tvm":
         from kokoro_tvm.runtime.process import speak_only
 
         speak_only()
