@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import subprocess
 
 import av
 import numpy as np
 import pytest
+from conftest import BIN
 
 from kokoro_tvm.facts import SAMPLE_RATE
 from kokoro_tvm.runtime.audio_file import pcm16
@@ -218,3 +220,16 @@ def test_an_error_in_synthesis_reaches_its_request_alone():
         return texts
 
     assert run(scenario()) == ["ok", "next:0"]
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--max-chars", "0"], "--max-chars must be more than 0"),
+    (["--timeout", "nan"], "--timeout must be more than 0"),
+    (["--port", "70000"], "--port 70000 is not a port number"),
+    (["--model", "/nonexistent/model"], "/nonexistent/model is not a model folder"),
+])
+def test_serve_options_are_checked_before_the_model_loads(options, message):
+    done = subprocess.run([str(BIN / "kokoro-tvm"), "serve", *options], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
