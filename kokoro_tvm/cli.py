@@ -91,6 +91,7 @@ def say(args: argparse.Namespace) -> int:
     from kokoro_tvm.runtime.audio_file import check_output, pcm16, write_audio
     from kokoro_tvm.runtime.kokoro import Kokoro, check_request
     from kokoro_tvm.runtime.model_folder import ModelFolder
+    from kokoro_tvm.runtime.subtitles import SubtitleStream, check_subtitles, write_subtitles
 
     # Everything that can be wrong is found here, before seconds of loading and synthesis.
     text = _text(args)
@@ -99,18 +100,26 @@ def say(args: argparse.Namespace) -> int:
             raise UserError("-o - writes raw PCM as chunks finish: add --stream")
     else:
         check_output(args.output)
+    if args.subtitles is not None:
+        check_subtitles(args.subtitles)
     folder = ModelFolder(_model_path(args))
     check_request(folder, text, args.voice, args.speed, args.lang, args.seed)
     folder.check_lstm(args.lstm)
     started = time.perf_counter()
     tts = Kokoro(folder, engine=_engine(args, folder), lstm=args.lstm)
     loaded = time.perf_counter()
-    chunks, first_audio = [], None
+    chunks, words, first_audio = [], [], None
     bar = _progress_bar(args)
+    # Streamed subtitles are written as the chunks come (and left as far as they got if the
+    # run fails); otherwise whole, with the audio.
+    subtitles = SubtitleStream(args.subtitles) if args.stream and args.subtitles else None
     for chunk in tts.stream(text, args.voice, args.speed, args.lang, seed=args.seed,
                             per_sentence=args.stream, progress=bar):
         first_audio = first_audio or time.perf_counter() - loaded
         chunks.append(chunk.samples)
+        words.extend(chunk.words)
+        if subtitles is not None:
+            subtitles.add(chunk.words)
         if args.stream and args.output == "-":  # raw 16-bit mono PCM, as each chunk is ready
             sys.stdout.buffer.write(pcm16(chunk.samples).tobytes())
             sys.stdout.buffer.flush()
@@ -124,6 +133,12 @@ def say(args: argparse.Namespace) -> int:
     if args.output != "-":
         write_audio(args.output, audio)
     seconds, spent = len(audio) / SAMPLE_RATE, time.perf_counter() - loaded
+    if subtitles is not None:
+        cues = subtitles.close(seconds)
+    elif args.subtitles is not None:
+        cues = write_subtitles(args.subtitles, words, seconds)
+    if args.subtitles is not None:
+        print(f"{args.subtitles}: {cues} subtitles of {len(words)} words", file=sys.stderr)
     print(f"{args.output}: {seconds:.2f} s of audio in {spent:.2f} s (real-time factor "
           f"{spent / seconds:.3f}, {args.engine})", file=sys.stderr)
     if args.verbose:
@@ -221,6 +236,9 @@ def parser() -> argparse.ArgumentParser:
                         "the same weights (needs kokoro-tvm[build])")
     p.add_argument("--lstm", default=None,
                    help="LSTM lowering to use when the folder has several (tvm engine)")
+    p.add_argument("--subtitles", metavar="PATH",
+                   help="also write the words' timings as subtitles: .srt or .vtt (with --stream, "
+                        "each line as soon as it is final)")
     p.add_argument("--stream", action="store_true",
                    help="one chunk per sentence, reported (and with -o -, written) as it finishes")
     p.add_argument("--verbose", action="store_true",

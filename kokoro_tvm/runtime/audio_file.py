@@ -35,14 +35,24 @@ def _writable_folder(dest: Path) -> Path:
     return folder
 
 
+def check_folder(dest: str | os.PathLike, example: str = "speech.wav") -> None:
+    """An OutputError if ``dest`` is a folder (the message suggests a file ``example`` in it)
+    or could not be made in the folder it names."""
+    dest = Path(dest)
+    if dest.is_dir():
+        raise OutputError(f"{dest} is a folder: give a file name such as {dest / example}")
+    folder = _writable_folder(dest)
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise OutputError(f"cannot write {dest}: {folder} is not a writable folder")
+
+
 def check_output(dest: str | os.PathLike) -> tuple[str, str]:
     """The (format, subtype) ``dest`` is written in; an OutputError if its suffix names no
     format this machine's libsndfile writes, or its folder is not writable."""
     import soundfile
 
     dest = Path(dest)
-    if dest.is_dir():
-        raise OutputError(f"{dest} is a folder: give a file name such as {dest / 'speech.wav'}")
+    check_folder(dest)
     writable = [suffix for suffix, (fmt, subtype) in FORMATS.items()
                 if soundfile.check_format(fmt, subtype)]
     suffix = dest.suffix.lower()
@@ -50,9 +60,6 @@ def check_output(dest: str | os.PathLike) -> tuple[str, str]:
         what = f"'{suffix}' files" if suffix else "a file name without an extension"
         raise OutputError(f"cannot write {what} ({dest}); name the output {', '.join(writable)} "
                           "(or - with --stream for raw PCM)")
-    folder = _writable_folder(dest)
-    if not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise OutputError(f"cannot write {dest}: {folder} is not a writable folder")
     return FORMATS[suffix]
 
 
