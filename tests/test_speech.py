@@ -393,3 +393,70 @@ def test_pacing_estimates_from_the_streams_own_decodes_slower_at_once_faster_hal
     engine.seconds_per_frame = 0.002
     pacing.decode(engine, prosody, 30)
     assert pacing.seconds_per_frame == pytest.approx(0.005)
+
+
+class DurationEngine(LimitedEngine):
+    """LimitedEngine that tells its durations (speech.TimedEngine): by default pads of 6 and 2
+    frames around tokens of 1 to 3 frames in turn; its audio is as long as they say."""
+
+    def __init__(self, limit: int, durations=None):
+        super().__init__(limit)
+        self.durations = durations or (
+            lambda n: np.array([6, *(1 + np.arange(n) % 3), 2]))
+
+    def synthesize_with_durations(self, ids, ref_s, speed, seed):
+        self.synthesize(ids, ref_s, speed, seed)  # refuses what LimitedEngine does
+        durations = self.durations(len(ids))
+        return np.full(600 * durations.sum(), 0.5, dtype=np.float32), durations
+
+
+def _words_in_order(chunks) -> list:
+    words = [word for chunk in chunks for word in chunk.words]
+    assert " ".join(word.text for word in words).split() == TEXT.split()
+    for chunk in chunks:  # each word in the chunk its phonemes start in
+        end = chunk.start_seconds + len(chunk.samples) / SAMPLE_RATE
+        lead = speech.KPIPELINE_LEAD_FRAMES * speech.FRAME_SECONDS
+        assert all(chunk.start_seconds - lead <= w.start < end for w in chunk.words)
+    return words
+
+
+def test_words_are_timed_across_chunk_joins_and_halved_pieces(tiny_assets):
+    """Joined, streamed (no lead: the engine decodes no prefix) and halved: the words of a
+    piece follow each other with neither gap nor overlap; between pieces lies the silence of
+    the pads (their 8 frames), the fades changing no length; the first word starts 3 frames
+    before its phonemes (KPipeline's lead) and the last ends at the audio's end less the end
+    pad and that lead."""
+    speaker = AssetFolder.of_build(tiny_assets)
+    for limit, per_sentence in ((10_000, False), (10_000, True), (12, False)):
+        chunks = list(speak_chunks(DurationEngine(limit), TEXT, "af_heart", speaker=speaker,
+                                   per_sentence=per_sentence))
+        words = _words_in_order(chunks)
+        frames = [chunk.start_seconds / speech.FRAME_SECONDS for chunk in chunks]
+        for chunk, first in zip(chunks, frames):
+            times = np.array([(w.start, w.end) for w in chunk.words]) / speech.FRAME_SECONDS
+            assert times[0, 0] == pytest.approx(first + 6 - 3)
+            assert times[-1, 1] == pytest.approx(first + len(chunk.samples) / 600 - 2 - 3)
+            np.testing.assert_allclose(times[1:, 0], times[:-1, 1])  # no gap, no overlap
+            assert np.all(times[:, 1] > times[:, 0])
+        gaps = list(np.round([(b.start - a.end) / speech.FRAME_SECONDS
+                              for a, b in zip(words, words[1:])], 9))
+        assert set(gaps) <= {0, 8} and gaps.count(8) == len(chunks) - 1
+    assert len(chunks) > 3  # halved
+
+
+def test_a_paced_streams_words_are_those_of_its_pieces_spoken_whole(tiny_assets, margin):
+    """The lead and the prefix windows change no word's time: a stream's words, each in the
+    chunk its phonemes start in, are those of the same pieces decoded whole, and the text of
+    a window's chunk is its words'."""
+    speaker = AssetFolder.of_build(tiny_assets)
+    engine = ClockedEngine(seconds_per_frame=0.012)
+    chunks, _ = _timed_stream(engine, TEXT, speaker)
+    assert len(chunks) > 3 and any(frames is not None for frames in engine.decoded)
+    whole = DurationEngine(10_000, lambda n: np.full(n + 2, engine.FRAMES_PER_TOKEN))
+    expected = list(speak_chunks(whole, TEXT, "af_heart", speaker=speaker, per_sentence=True))
+    words = _words_in_order(chunks)
+    assert [w.text for w in words] == [w.text for c in expected for w in c.words]
+    np.testing.assert_allclose([(w.start, w.end) for w in words],
+                               [(w.start, w.end) for c in expected for w in c.words])
+    assert all(c.text == " ".join(w.text for w in c.words) for c in chunks)
+    assert sum(len(c.samples) for c in chunks) == sum(len(c.samples) for c in expected)
