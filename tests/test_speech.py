@@ -304,7 +304,7 @@ def test_stream_chunks_join_into_the_whole_decodes_cut_at_word_gaps(tiny_assets,
     as many words of text as of phonemes before it, and each chunk starts where the last
     ended."""
     speaker = AssetFolder.of_build(tiny_assets)
-    engine = ClockedEngine(seconds_per_frame=0.012)
+    engine = ClockedEngine(seconds_per_frame=0.008)
     chunks, _ = _timed_stream(engine, TEXT, speaker)
     pieces = _per_piece(engine.decoded)
     assert len(chunks) == len(engine.decoded) > len(pieces) == 3
@@ -334,6 +334,15 @@ def test_a_long_sentence_after_a_short_one_is_paced_too(tiny_assets, margin):
     assert long[0] is not None and long[-1] is None
     assert engine.decode_frames(long[0]) < engine.decode_frames(engine.totals[1])
     assert worst_stall(ready, [len(c.samples) / SAMPLE_RATE for c in chunks]) == 0
+
+
+def test_a_decoder_slower_than_playback_gets_no_windows_after_the_lead(tiny_assets, margin):
+    """At 20 ms a frame (30 ms planned, more than the 25 ms a frame plays for) a window would
+    cost more time than the audio it adds: after the lead, every piece is decoded whole."""
+    speaker = AssetFolder.of_build(tiny_assets)
+    engine = ClockedEngine(seconds_per_frame=0.02)
+    _timed_stream(engine, TEXT, speaker)
+    assert _per_piece(engine.decoded) == [[58, None], [None], [None]]
 
 
 def _pacing_at(buffered: float, seconds_per_frame: float = 0.005) -> Pacing:

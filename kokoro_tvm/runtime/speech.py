@@ -7,6 +7,7 @@ text the same way.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol, Sequence, runtime_checkable
@@ -258,10 +259,14 @@ class Pacing:
                        for i in reversed(range(PLAN_CANDIDATES))]
 
         def outcome(plan: tuple[tuple[int, tuple[int, int]], ...]) -> tuple[float, float]:
-            """The plan's longest wait (to the millisecond) and its decoding seconds."""
+            """The plan's longest wait (to the millisecond) and its decoding seconds; infinite
+            for a plan with a window that takes longer to decode than to play (on a machine too
+            busy to keep up, windows would only add decoding)."""
             left, worst, decoding, spoken = buffered, 0.0, 0.0, cut
             for computed, frame in [(c, gap[0]) for c, gap in plan] + [(whole, total)]:
                 seconds = PACING_MARGIN * self.seconds_per_frame * computed
+                if frame < total and seconds >= (frame - spoken) * FRAME_SECONDS:
+                    return math.inf, math.inf
                 worst = max(worst, seconds - left)
                 left = max(left - seconds, 0.0) + (frame - spoken) * FRAME_SECONDS
                 decoding += seconds
