@@ -66,6 +66,9 @@ BAD_REQUESTS = [
     (["Hello", "-o", "OUT.xyz"], "cannot write '.xyz' files"),
     (["Hello", "-o", "OUT"], "a file name without an extension"),
     (["Hello", "-o", "-"], "add --stream"),
+    (["Hello", "--subtitles", "OUT.txt"], "cannot write subtitles as '.txt' files"),
+    (["Hello", "--subtitles", "OUT"], "cannot write subtitles as a file name without an"),
+    (["Hello", "--subtitles", "/proc/version/x.srt"], "/proc/version is not a writable folder"),
 ]
 
 
@@ -94,14 +97,16 @@ def test_binary_text_file_is_refused(broken_model, tmp_path):
 
 def test_failed_synthesis_leaves_the_existing_file(built, tmp_path):
     """The tiny model has no bucket for a sentence at speed 1: the run fails after loading,
-    and the file from an earlier run is untouched."""
-    out = tmp_path / "speech.wav"
+    and the files from an earlier run are untouched."""
+    out, subtitles = tmp_path / "speech.wav", tmp_path / "speech.srt"
     out.write_bytes(b"earlier audio")
+    subtitles.write_text("earlier subtitles")
     done = kokoro_tvm("say", "Hello there, this sentence needs more frames.", "-o", str(out),
-                      "--model", str(model_folder(built)))
+                      "--subtitles", str(subtitles), "--model", str(model_folder(built)))
     assert done.returncode == 2 and "needs a bucket of at least" in done.stderr, done.stderr
     assert out.read_bytes() == b"earlier audio"
-    assert [p.name for p in tmp_path.iterdir()] == ["speech.wav"]  # no temporary left
+    assert subtitles.read_text() == "earlier subtitles"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["speech.srt", "speech.wav"]
 
 
 def test_a_folder_for_a_cpu_this_one_falls_short_of_is_refused(built, tmp_path):
