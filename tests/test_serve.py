@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import socket
 import subprocess
 import time
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from conftest import BIN, model_folder
 from test_serve_parts import decode
 
 from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.measure.bench_serve import free_port
 from kokoro_tvm.runtime.audio_file import pcm16
 from kokoro_tvm.runtime.kokoro import Kokoro
 from kokoro_tvm.serve.encoders import FORMATS
@@ -35,12 +35,6 @@ TEXT = "Hello there. Good morning. See you soon."
 PARAGRAPH = ("The first sentence is short. The second sentence takes a little longer to say. "
              "Here is a third one, and then a fourth. Finally, the fifth sentence ends it all.")
 API_KEY = "test-key-123"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

@@ -64,7 +64,8 @@ class Served:
                            [size / BYTES_PER_SECOND for _, size in self.arrivals])
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback port nobody listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -83,7 +84,7 @@ class Server:
     def __init__(self, model: Path, engine: str, threads: int, log: Path):
         import httpx
 
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         command = [sys.executable, "-m", "kokoro_tvm.cli", "serve", "--model", str(model),
