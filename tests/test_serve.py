@@ -10,18 +10,17 @@ import io
 import json
 import subprocess
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 import soundfile
-from conftest import BIN, model_folder
+from conftest import model_folder
 from test_serve_parts import decode
 
 from kokoro_tvm.facts import SAMPLE_RATE
-from kokoro_tvm.measure.bench_serve import free_port
+from kokoro_tvm.measure.bench_serve import Server
 from kokoro_tvm.runtime.audio_file import pcm16
 from kokoro_tvm.runtime.kokoro import Kokoro
 from kokoro_tvm.serve.encoders import FORMATS
@@ -37,32 +36,6 @@ PARAGRAPH = ("The first sentence is short. The second sentence takes a little lo
 API_KEY = "test-key-123"
 
 
-@contextmanager
-def running_server(folder: Path, log: Path, *options: str):
-    """``kokoro-tvm serve`` on a free loopback port, once /health answers; its base URL."""
-    port = free_port()
-    with open(log, "w") as out:
-        process = subprocess.Popen(
-            [str(BIN / "kokoro-tvm"), "serve", "--model", str(folder), "--port", str(port),
-             *options], stdout=out, stderr=subprocess.STDOUT, cwd="/")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            assert process.poll() is None, f"the server stopped:\n{log.read_text()}"
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"no /health in 300 s:\n{log.read_text()}"
-            time.sleep(0.5)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(30)
-
-
 @pytest.fixture(scope="module")
 def folder(real_built) -> Path:
     return model_folder(real_built)
@@ -71,16 +44,16 @@ def folder(real_built) -> Path:
 @pytest.fixture(scope="module")
 def server(folder, tmp_path_factory):
     log = tmp_path_factory.mktemp("serve") / "server.log"
-    with running_server(folder, log, "--max-chars", "20000", "--max-queue", "4") as url:
-        yield url
+    with Server(folder, log, "--max-chars", "20000", "--max-queue", "4") as running:
+        yield running.url
 
 
 @pytest.fixture(scope="module")
 def guarded(folder, tmp_path_factory):
     """A server with an API key and room for one request at a time."""
     log = tmp_path_factory.mktemp("serve") / "guarded.log"
-    with running_server(folder, log, "--api-key", API_KEY, "--max-queue", "1") as url:
-        yield url
+    with Server(folder, log, "--api-key", API_KEY, "--max-queue", "1") as running:
+        yield running.url
 
 
 @pytest.fixture(scope="module")

@@ -79,34 +79,44 @@ def _rss_mb(pid: int, field_name: str) -> float:
 
 
 class Server:
-    """``kokoro-tvm serve`` in a child process, until ``stop``."""
+    """``kokoro-tvm serve --model model *options`` in a child process on a free loopback port,
+    once its /health answers; stopped by ``stop`` or on leaving its ``with`` block."""
 
-    def __init__(self, model: Path, engine: str, threads: int, log: Path):
+    def __init__(self, model: Path, log: Path, *options: str, env: dict[str, str] | None = None,
+                 start_seconds: float = 600):
         import httpx
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         command = [sys.executable, "-m", "kokoro_tvm.cli", "serve", "--model", str(model),
-                   "--engine", engine, "--port", str(self.port), "--max-queue", "64"]
-        env = {**os.environ, "TVM_NUM_THREADS": str(threads),
-               "OMP_NUM_THREADS": str(threads)}
+                   "--port", str(self.port), *options]
         with open(log, "w") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                            env=env)
+                                            env={**os.environ, **(env or {})}, cwd="/")
         started = time.monotonic()
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the {engine} server stopped:\n{log.read_text()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() - started > 600:
-                raise RuntimeError(f"the {engine} server did not start:\n{log.read_text()}")
-            time.sleep(0.5)
+        try:
+            while True:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"the server stopped:\n{log.read_text()}")
+                try:
+                    if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() - started > start_seconds:
+                    raise RuntimeError(f"no /health in {start_seconds:.0f} s:\n{log.read_text()}")
+                time.sleep(0.5)
+        except BaseException:
+            self.stop()
+            raise
         self.load_seconds = time.monotonic() - started
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.stop()
 
     def counters(self) -> dict[str, float]:
         """The engine's audio and synthesis seconds so far (its /metrics)."""
@@ -126,8 +136,9 @@ class Server:
         return _rss_mb(self.process.pid, "VmHWM")
 
     def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(60)
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(60)
 
 
 async def _request(client, url: str, kind: str, text: str, long_streaming: list[int]
@@ -212,8 +223,9 @@ def _level_figures(served: list[Served], wall: float, before: dict, after: dict
 
 def bench_engine(model: Path, engine: str, threads: int, work: Path, soak: bool
                  ) -> dict[str, Any]:
-    server = Server(model, engine, threads, work / f"server_{engine}.log")
-    try:
+    threads_env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    with Server(model, work / f"server_{engine}.log", "--engine", engine, "--max-queue", "64",
+                env=threads_env) as server:
         figures: dict[str, Any] = {"load_seconds": server.load_seconds}
         served, _ = asyncio.run(_load(server.url, 1, BASELINE_REQUESTS, ("short",),
                                       LEVEL_SECONDS))
@@ -233,8 +245,6 @@ def bench_engine(model: Path, engine: str, threads: int, work: Path, soak: bool
         if soak:
             figures["soak"] = _soak(server)
         figures["peak_rss_mb"] = server.peak_rss_mb()
-    finally:
-        server.stop()
     return figures
 
 
