@@ -93,6 +93,7 @@ rule bench_serve_target:
         json=paths.BENCH_SERVE,
     params:
         versions=versions("apache-tvm", "torch", "uvicorn", "starlette", "av"),
+        runtime_python=cli_args(runtime_python=setting("report.runtime_python")),
     threads: job_threads
     log:
         "logs/bench/serve/{target}.log",
@@ -102,4 +103,4 @@ rule bench_serve_target:
         "../envs/kokoro-tvm.yaml"
     shell:
         "python {input.script} --model {input.model} --threads {threads}"
-        " --out-json {output.json} > {log} 2>&1"
+        " {params.runtime_python} --out-json {output.json} > {log} 2>&1"

@@ -15,6 +15,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--engines", default=",".join(bench_serve.ENGINES),
                         help="comma-separated, from: " + ", ".join(bench_serve.ENGINES))
+    parser.add_argument("--runtime-python",
+                        help="run the TVM server with this interpreter: that of a runtime-only "
+                             "install with the serve extra (no PyTorch), as it is deployed")
     parser.add_argument("--out-json", required=True, help=paths.BENCH_SERVE)
     args = parser.parse_args()
     engines = args.engines.split(",")
@@ -22,7 +25,8 @@ def main() -> None:
     if unknown:
         parser.error(f"--engines: unknown engine {', '.join(map(repr, unknown))}; choose from "
                      f"{', '.join(bench_serve.ENGINES)}, separated by commas")
-    figures = bench_serve.run(args.model, engines, args.threads, args.out_json)
+    figures = bench_serve.run(args.model, engines, args.threads, args.out_json,
+                             args.runtime_python)
     print(bench_serve.summary(figures))
 
 

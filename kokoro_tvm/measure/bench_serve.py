@@ -80,16 +80,17 @@ def _rss_mb(pid: int, field_name: str) -> float:
 
 class Server:
     """``kokoro-tvm serve --model model *options`` in a child process on a free loopback port,
-    once its /health answers; stopped by ``stop`` or on leaving its ``with`` block."""
+    once its /health answers; stopped by ``stop`` or on leaving its ``with`` block. ``python``
+    runs it: another install's interpreter measures the server as that install deploys it."""
 
     def __init__(self, model: Path, log: Path, *options: str, env: dict[str, str] | None = None,
-                 start_seconds: float = 600):
+                 python: str | Path = sys.executable, start_seconds: float = 600):
         import httpx
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        command = [sys.executable, "-m", "kokoro_tvm.cli", "serve", "--model", str(model),
+        command = [str(python), "-m", "kokoro_tvm.cli", "serve", "--model", str(model),
                    "--port", str(self.port), *options]
         with open(log, "w") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
@@ -221,11 +222,11 @@ def _level_figures(served: list[Served], wall: float, before: dict, after: dict
     }
 
 
-def bench_engine(model: Path, engine: str, threads: int, work: Path, soak: bool
-                 ) -> dict[str, Any]:
+def bench_engine(model: Path, engine: str, threads: int, work: Path, soak: bool,
+                 python: str | Path = sys.executable) -> dict[str, Any]:
     threads_env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     with Server(model, work / f"server_{engine}.log", "--engine", engine, "--max-queue", "64",
-                env=threads_env) as server:
+                env=threads_env, python=python) as server:
         figures: dict[str, Any] = {"load_seconds": server.load_seconds}
         served, _ = asyncio.run(_load(server.url, 1, BASELINE_REQUESTS, ("short",),
                                       LEVEL_SECONDS))
@@ -262,18 +263,22 @@ def _soak(server: Server) -> dict[str, Any]:
             "rss_growth": rss_end / rss_warm - 1}
 
 
-def run(model: str | Path, engines: Sequence[str], threads: int, out_json: str | Path
-        ) -> dict[str, Any]:
-    """Every engine's figures (the TVM one with the soak), written to ``out_json``."""
+def run(model: str | Path, engines: Sequence[str], threads: int, out_json: str | Path,
+        runtime_python: str | Path | None = None) -> dict[str, Any]:
+    """Every engine's figures (the TVM one with the soak), written to ``out_json``; the TVM
+    server is run by ``runtime_python`` where given (a runtime-only install's interpreter with
+    the serve extra: what a deployment's memory is), else by this one."""
     out_json = Path(out_json)
     work = out_json.parent / f"{out_json.stem}_logs"
     work.mkdir(parents=True, exist_ok=True)
     figures: dict[str, Any] = {"model": str(model), "threads": threads,
                                "levels": list(LEVELS), "requests_per_client": REQUESTS_PER_CLIENT,
-                               "mix": list(MIX), "engines": {}}
+                               "mix": list(MIX), "engines": {},
+                               "tvm_python": str(runtime_python or sys.executable)}
     for engine in engines:
+        python = runtime_python if engine == "tvm" and runtime_python else sys.executable
         figures["engines"][engine] = bench_engine(Path(model), engine, threads, work,
-                                                  soak=engine == "tvm")
+                                                  soak=engine == "tvm", python=python)
     write_json(out_json, figures)
     return figures
 
