@@ -216,8 +216,7 @@ def checked_precision(target):
 def tuning_database(wildcards):
     """The lower stage's MetaSchedule database: only with tuning.enabled, and only for targets
     this machine can run (MetaSchedule measures candidates here)."""
-    options = setting(f"target_options.{wildcards.target}")
-    if not setting("tuning.enabled") or cannot_run_reason(options) is not None:
+    if not setting("tuning.enabled") or not can_run(wildcards.target):
         return []
     return paths.TUNE.format(**wildcards)
 
@@ -229,15 +228,17 @@ def all_targets():
             + expand(paths.REPORT_VALIDATION, target=targets) + expand(paths.DIST, target=targets))
 
 
-def runnable_targets():
-    """The configured targets whose libraries this machine can run (timing, speaking)."""
-    return [t for t in setting("targets")
-            if cannot_run_reason(setting(f"target_options.{t}")) is None]
+@functools.cache  # once per target: for a named mcpu it asks LLVM, through TVM
+def can_run(target):
+    """Whether this machine can run ``target``'s libraries (compile/devices.cannot_run_reason)."""
+    return cannot_run_reason(setting(f"target_options.{target}")) is None
 
 
 def per_runnable_target(*patterns):
-    """``patterns`` for each configured target this machine can run (benchmarks, figures)."""
-    return expand(list(patterns), target=runnable_targets())
+    """An input function: ``patterns`` for each configured target this machine can run
+    (benchmarks, figures). Asked only when a run wants them, since it may import TVM."""
+    return lambda wildcards: expand(list(patterns), target=[t for t in setting("targets")
+                                                            if can_run(t)])
 
 
 def lstm_components():

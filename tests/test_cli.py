@@ -113,11 +113,11 @@ def test_a_folder_for_a_cpu_this_one_falls_short_of_is_refused(built, tmp_path):
     """A folder whose manifest names an extension this CPU lacks (as one built with mcpu: host
     on a newer CPU does) is refused in one line naming it, before any library loads, where the
     libraries would have died of an illegal instruction; the output file stays as it was."""
-    from kokoro_tvm.abi import CPU_EXTENSIONS, host_cpu_extensions, host_machine
+    from kokoro_tvm.cpu import CPU_EXTENSIONS, host_cpu_extensions, host_machine
 
     lacking = sorted(set(CPU_EXTENSIONS[host_machine()]) - (host_cpu_extensions() or set()))
     if not lacking:
-        pytest.skip("this CPU has every extension abi.CPU_EXTENSIONS lists")
+        pytest.skip("this CPU has every extension cpu.CPU_EXTENSIONS lists")
     folder = tmp_path / "model"
     shutil.copytree(model_folder(built), folder)
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -127,7 +127,7 @@ def test_a_folder_for_a_cpu_this_one_falls_short_of_is_refused(built, tmp_path):
     out.write_bytes(b"earlier audio")
     done = kokoro_tvm("say", "Hello", "-o", str(out), "--model", str(folder))
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert f"built for the CPU newer, whose code may use {lacking[0]};" in done.stderr
+    assert f"code for the CPU newer may use {lacking[0]}, which this machine's" in done.stderr
     assert "mcpu: host" in done.stderr
     assert out.read_bytes() == b"earlier audio"
 

@@ -19,14 +19,14 @@ import subprocess
 import numpy as np
 import pytest
 import yaml
-from conftest import OTHER_TARGETS, REPO, model_folder, run_snakemake
+from conftest import OTHER_TARGETS, REPO, TINY, dry_run, model_folder, run_snakemake
 
-from kokoro_tvm import abi, paths
-from kokoro_tvm.abi import host_cpu_extensions, listed_cpu_extensions
+from kokoro_tvm import cpu, paths
 from kokoro_tvm.compile.devices import architecture, cannot_run_reason, lstm_methods_for
 from kokoro_tvm.compile.gpu import cuda_available
 from kokoro_tvm.compile.targets import cpu_of
 from kokoro_tvm.config import ConfigError, validate_config
+from kokoro_tvm.cpu import host_cpu_extensions, listed_cpu_extensions
 from kokoro_tvm.facts import COMPONENT_NAMES
 
 
@@ -123,7 +123,7 @@ def test_model_folder_of_another_architecture_is_refused(other_built):
     folder = model_folder(other_built, "aarch64")
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["libraries"] == [] and len(manifest["left_out"]) == 5
-    with pytest.raises(ModelFolderError, match="libraries for aarch64; this machine is x86_64"):
+    with pytest.raises(ModelFolderError, match="code for aarch64 cannot run on this x86_64"):
         TvmEngine(ModelFolder(folder))
 
 
@@ -137,7 +137,7 @@ X86_64_V3 = {"kind": "llvm", "mcpu": "x86-64-v3"}
 
 
 def test_linux_lists_the_cpu_extensions_llvm_implies():
-    """abi.CPU_EXTENSIONS' Linux names match LLVM's: the extensions this machine's /proc/cpuinfo
+    """cpu.CPU_EXTENSIONS' Linux names match LLVM's: the extensions this machine's /proc/cpuinfo
     lists (what the runtime reads) are those LLVM's name for this CPU implies (what a build
     for mcpu: host records), and so for two Arm CPUs' lists and their mcpu."""
     here = host_cpu_extensions()
@@ -155,21 +155,47 @@ def test_validation_skips_an_mcpu_with_extensions_this_cpu_lacks(monkeypatch, tm
     """A library for a newer mcpu than this machine's would die of an illegal instruction in
     its validation: the validation is skipped, naming what this CPU lacks (the library is then
     left out of the model folder, as other targets' that cannot run here)."""
-    from kokoro_tvm.compile import targets
     from kokoro_tvm.stages.validate import validate
 
-    monkeypatch.setattr(abi, "host_cpu_extensions", lambda: set(cpu_of(X86_64_V3)["extensions"]))
-    assert targets.lacking_extensions({"kind": "llvm", "mcpu": "x86-64"}) == []
-    assert targets.lacking_extensions(X86_64_V3) == []
+    monkeypatch.setattr(cpu, "host_cpu_extensions", lambda: set(cpu_of(X86_64_V3)["extensions"]))
+    assert cannot_run_reason({"kind": "llvm", "mcpu": "x86-64"}) is None
+    assert cannot_run_reason(X86_64_V3) is None
     newer = {"kind": "llvm", "mcpu": "icelake-server"}
-    lacking = targets.lacking_extensions(newer)
+    lacking = cpu.lacking_cpu_extensions(cpu_of(newer)["extensions"])
     assert {"avx512f", "avx512vnni"} <= set(lacking) and "avx2" not in lacking
     report = validate("bert", "none", 16, tmp_path / "b16.so", tmp_path / "bert.npz",
                       tmp_path / "b16.reference.npz", tmp_path / "b16.json", newer)
     assert report["status"] == "skipped" and report["passed"] is False
-    assert report["reason"] == (f"this CPU lacks {', '.join(lacking)}, which code for mcpu "
-                                "icelake-server may use")
+    assert report["reason"] == (f"code for the CPU icelake-server may use {', '.join(lacking)}, "
+                                "which this machine's CPU lacks")
     assert json.loads((tmp_path / "b16.json").read_text()) == report
+
+
+# CPUs with more extensions than most: the first this machine's CPU falls short of is the one
+# the planning test pins.
+NEWER_CPUS = ("sapphirerapids", "icelake-server", "znver4")
+
+
+def test_an_mcpu_beyond_this_cpu_is_neither_tuned_nor_benchmarked(tmp_path):
+    """Tuning measures on this machine and the benchmarks run the libraries here: a target whose
+    pinned mcpu implies extensions this CPU lacks is built (and its validation skipped) but
+    gets no tuning and no benchmark jobs, as a target of another architecture."""
+    newer = next((mcpu for mcpu in NEWER_CPUS
+                  if cannot_run_reason({"kind": "llvm", "mcpu": mcpu}) is not None), None)
+    if newer is None:
+        pytest.skip(f"this CPU has every extension of {', '.join(NEWER_CPUS)}")
+    config = tmp_path / "newer.yaml"
+    config.write_text(yaml.safe_dump({
+        "targets": ["llvm", "newer"], "tuning": {"enabled": True},
+        "target_options": {"newer": {"kind": "llvm", "mcpu": newer}}}))
+    jobs = dry_run(tmp_path, "--forceall", "all", "bench_components", "bench_lstm",
+                   configfiles=(TINY, config))
+    targets = {rule: {job["wildcards"]["target"] for job in jobs if job["rule"] == rule}
+               for rule in ("lower", "validate", "tune", "bench_components_target",
+                            "bench_lstm_target")}
+    assert targets == {"lower": {"llvm", "newer"}, "validate": {"llvm", "newer"},
+                       "tune": {"llvm"}, "bench_components_target": {"llvm"},
+                       "bench_lstm_target": {"llvm"}}
 
 
 def test_model_folder_for_a_cpu_with_more_extensions_is_refused(built, monkeypatch):
@@ -179,20 +205,21 @@ def test_model_folder_for_a_cpu_with_more_extensions_is_refused(built, monkeypat
     from kokoro_tvm.runtime import model_folder as folders
 
     llvm, generic = model_folder(built), model_folder(built, "llvm_generic")
-    cpu = json.loads((llvm / "manifest.json").read_text())["cpu"]
-    assert cpu == cpu_of({"kind": "llvm", "mcpu": "host"}) and "avx2" in cpu["extensions"]
+    built_for = json.loads((llvm / "manifest.json").read_text())["cpu"]
+    assert built_for == cpu_of({"kind": "llvm", "mcpu": "host"})
+    assert "avx2" in built_for["extensions"]
     assert json.loads((generic / "manifest.json").read_text())["cpu"] == {
         "mcpu": "x86-64", "extensions": []}
     folders.ModelFolder(llvm)  # this machine built it
-    monkeypatch.setattr(abi, "host_cpu_extensions",
-                        lambda: set(cpu["extensions"]) - {"avx2", "fma"})
+    monkeypatch.setattr(cpu, "host_cpu_extensions",
+                        lambda: set(built_for["extensions"]) - {"avx2", "fma"})
     with pytest.raises(folders.ModelFolderError) as refused:
         folders.ModelFolder(llvm)
-    assert (f"built for the CPU {cpu['mcpu']}, whose code may use avx2, fma; this machine's "
-            "CPU lacks them") in str(refused.value)
+    assert (f"code for the CPU {built_for['mcpu']} may use avx2, fma, which this machine's "
+            "CPU lacks") in str(refused.value)
     assert "mcpu: x86-64-v3 runs on every x86-64 CPU with AVX2 and FMA" in str(refused.value)
     folders.ModelFolder(generic)
-    monkeypatch.setattr(abi, "host_cpu_extensions", lambda: None)
+    monkeypatch.setattr(cpu, "host_cpu_extensions", lambda: None)
     folders.ModelFolder(llvm)
 
 

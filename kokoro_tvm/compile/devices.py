@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kokoro_tvm.abi import host_machine, machine_name
+from kokoro_tvm import cpu
+from kokoro_tvm.cpu import host_machine, machine_name
 from kokoro_tvm.facts import LSTM_METHOD_NAMES
 
 
@@ -69,7 +70,11 @@ def cross_compiler(options: dict[str, Any]) -> str | None:
 
 
 def cannot_run_reason(options: dict[str, Any]) -> str | None:
-    """Why this machine cannot run a target's libraries (None when it can)."""
+    """Why this machine cannot run a target's libraries (None when it can): no CUDA device,
+    another architecture, or instruction-set extensions the target's ``mcpu`` implies that this
+    CPU lacks. What an mcpu implies is LLVM's answer, through TVM (compile/targets.cpu_of); it
+    is asked only for a named mcpu of this architecture, since planning runs this and TVM's
+    import takes seconds."""
     if device_kind(options) == "cuda":
         from kokoro_tvm.compile.gpu import cuda_available
 
@@ -77,7 +82,11 @@ def cannot_run_reason(options: dict[str, Any]) -> str | None:
     if is_cross(options):
         return (f"code for {architecture(options)} cannot run on this {host_machine()} machine "
                 "(tests/test_targets.py runs it under qemu-user)")
-    return None
+    if options.get("mcpu") == "host":  # this CPU's own code
+        return None
+    from kokoro_tvm.compile.targets import cpu_of
+
+    return cpu.cannot_run_reason(architecture(options), cpu_of(options))
 
 
 # LSTM lowerings each device can compile, fastest first. tir and tir_vec are hand-written CPU

@@ -12,8 +12,8 @@ from typing import Any
 import tvm
 from tvm.target import codegen
 
-from kokoro_tvm.abi import CPU_EXTENSIONS, host_machine, lacking_cpu_extensions
 from kokoro_tvm.compile.devices import architecture, device_kind
+from kokoro_tvm.cpu import CPU_EXTENSIONS, host_machine
 
 
 def host_cpu() -> str:
@@ -41,7 +41,7 @@ def make_target(options: dict[str, Any]) -> tvm.target.Target:
 
 def cpu_of(options: dict[str, Any]) -> dict[str, Any]:
     """The CPU a target's host code is compiled for: its ``mcpu`` (None for LLVM's generic CPU)
-    and the instruction-set extensions (abi.CPU_EXTENSIONS) that mcpu implies, which the code
+    and the instruction-set extensions (cpu.CPU_EXTENSIONS) that mcpu implies, which the code
     may use. A cuda target's host code is for the generic CPU of this architecture."""
     if device_kind(options) == "cuda":
         cpu, machine, mcpu = tvm.target.Target("llvm"), host_machine(), None
@@ -52,11 +52,3 @@ def cpu_of(options: dict[str, Any]) -> dict[str, Any]:
     return {"mcpu": mcpu,
             "extensions": sorted(set(CPU_EXTENSIONS.get(machine, {})) & implied)}
 
-
-def lacking_extensions(options: dict[str, Any]) -> list[str]:
-    """The extensions a CPU target's code may use that this machine's CPU lacks (none where
-    Linux does not say which it has): a library built for an ``mcpu`` newer than this machine
-    would stop the process with an illegal instruction here."""
-    if device_kind(options) != "cpu" or architecture(options) != host_machine():
-        return []
-    return lacking_cpu_extensions(cpu_of(options)["extensions"])

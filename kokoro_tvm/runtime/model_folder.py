@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from kokoro_tvm import paths
-from kokoro_tvm.abi import host_machine, lacking_cpu_extensions
 from kokoro_tvm.atomic import sha256_file
+from kokoro_tvm.cpu import cannot_run_reason, host_machine
 from kokoro_tvm.errors import UserError
 
 # The manifest layout this runtime reads and kokoro_tvm/stages/dist.py writes; raised when it
@@ -76,20 +76,20 @@ class ModelFolder:
         self._checked: set[str] = set()
 
     def _check_architecture(self) -> None:
-        built_for, here = self.manifest["architecture"], host_machine()
-        if here != built_for:
-            raise ModelFolderError(f"{self.path} holds libraries for {built_for}; this machine "
-                                   f"is {here}: build that target's folder (for example "
-                                   "results/dist/aarch64) and use it instead")
-        # Folders written before the manifest named their CPU are not checked.
-        cpu = self.manifest.get("cpu") or {"mcpu": None, "extensions": []}
-        if lacking := lacking_cpu_extensions(cpu["extensions"]):
-            raise ModelFolderError(
-                f"{self.path} holds libraries built for the CPU {cpu['mcpu']}, whose code may "
-                f"use {', '.join(lacking)}; this machine's CPU lacks them, and the libraries "
-                "would stop this process with an illegal instruction: build the folder on this "
-                "machine (mcpu: host), or for every machine it must run on by naming a CPU they "
-                f"all match in config.yaml's target_options (mcpu: {PORTABLE_CPUS[here]})")
+        # Folders written before the manifest named their CPU are checked for the architecture.
+        built_for = self.manifest.get("cpu") or {"mcpu": None, "extensions": []}
+        reason = cannot_run_reason(self.manifest["architecture"], built_for)
+        if reason is None:
+            return
+        here = host_machine()
+        if self.manifest["architecture"] != here:
+            fix = "build that target's folder (for example results/dist/aarch64) and use it instead"
+        else:  # the libraries would stop this process with an illegal instruction
+            fix = ("build the folder on this machine (mcpu: host), or for every machine it must "
+                   "run on by naming a CPU they all match in config.yaml's target_options "
+                   f"(mcpu: {PORTABLE_CPUS[here]})")
+        raise ModelFolderError(f"{self.path} holds libraries this machine cannot run: {reason}; "
+                               f"{fix}")
 
     @property
     def target(self) -> str:

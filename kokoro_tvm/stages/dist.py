@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from kokoro_tvm import paths
-from kokoro_tvm.abi import host_machine
 from kokoro_tvm.atomic import sha256_file, umask, write_json
+from kokoro_tvm.cpu import host_machine
 from kokoro_tvm.facts import SAMPLE_RATE
 from kokoro_tvm.paths import PathLike
 from kokoro_tvm.runtime.model_folder import FORMAT

@@ -20,17 +20,12 @@ def validate(component: str, lstm: str, bucket: int, library: PathLike, params: 
     skipped``, the reason, and ``passed: false``; the job succeeds and the manifest lists the
     library as unvalidated (the runtime refuses it)."""
     from kokoro_tvm.compile.devices import cannot_run_reason, device_kind, library_precision
-    from kokoro_tvm.compile.targets import lacking_extensions
     from kokoro_tvm.measure.validate import ValidationFailed, load_reference, validate_component
 
     precision = library_precision(target_options, component, bucket)
     report = {"component": component, "lstm": lstm, "bucket": bucket, "library": str(library),
               "precision": precision}
-    reason = cannot_run_reason(target_options)
-    if reason is None and (lacking := lacking_extensions(target_options)):
-        reason = (f"this CPU lacks {', '.join(lacking)}, which code for mcpu "
-                  f"{target_options['mcpu']} may use")
-    if reason is not None:
+    if (reason := cannot_run_reason(target_options)) is not None:
         report.update(status="skipped", reason=reason, metrics={}, passed=False)
         write_json(out, report)
         return report

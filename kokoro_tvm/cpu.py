@@ -1,0 +1,93 @@
+"""CPUs: how manifests name architectures, the instruction-set extensions a library's code may
+use, which of them this machine's CPU has, and so whether it can run a library's code."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+# Other spellings of the architectures a manifest names (its "architecture": Python's
+# platform.machine() on Linux, the first part of an LLVM triple): macOS's and Windows'.
+_MACHINE_ALIASES = {"arm64": "aarch64", "AMD64": "x86_64"}
+
+
+def machine_name(name: str) -> str:
+    """An architecture as manifests name it (x86_64, aarch64), from a platform's or a triple's
+    spelling."""
+    return _MACHINE_ALIASES.get(name, name)
+
+
+def host_machine() -> str:
+    """This machine's architecture as manifests name it."""
+    import platform
+
+    return machine_name(platform.machine())
+
+
+# The instruction-set extensions code generation may use for what the libraries compute
+# (float32, int8 and int32 arithmetic, int64 indices), per architecture: LLVM's name (what a
+# target's mcpu implies) -> Linux's in /proc/cpuinfo ("flags" on x86_64, "Features" on aarch64).
+# A library built for one CPU runs on another that has every one of these that the first has.
+# Left out: system and crypto extensions, which code generation uses only through intrinsics,
+# and half and bfloat16 arithmetic and conversions (no library computes such types; add them
+# if one does).
+CPU_EXTENSIONS = {
+    "x86_64": {
+        "sse3": "pni", "ssse3": "ssse3", "sse4.1": "sse4_1", "sse4.2": "sse4_2",
+        "popcnt": "popcnt", "lzcnt": "abm", "bmi": "bmi1", "bmi2": "bmi2", "movbe": "movbe",
+        "avx": "avx", "avx2": "avx2", "fma": "fma", "avxvnni": "avx_vnni",
+        "avx512f": "avx512f", "avx512cd": "avx512cd", "avx512bw": "avx512bw",
+        "avx512dq": "avx512dq", "avx512vl": "avx512vl", "avx512vnni": "avx512_vnni",
+        "avx512ifma": "avx512ifma", "avx512vbmi": "avx512vbmi", "avx512vbmi2": "avx512_vbmi2",
+        "avx512bitalg": "avx512_bitalg", "avx512vpopcntdq": "avx512_vpopcntdq", "gfni": "gfni",
+    },
+    "aarch64": {
+        "neon": "asimd", "dotprod": "asimddp", "i8mm": "i8mm", "sve": "sve", "sve2": "sve2",
+    },
+}
+CPUINFO = "/proc/cpuinfo"
+
+
+def listed_cpu_extensions(cpuinfo: str, machine: str) -> set[str] | None:
+    """The CPU_EXTENSIONS of ``machine`` (LLVM's names) that a /proc/cpuinfo text lists for its
+    first CPU; None where it lists no extensions for that architecture."""
+    names = CPU_EXTENSIONS.get(machine)
+    if names is None:
+        return None
+    key = {"x86_64": "flags", "aarch64": "Features"}[machine]
+    for line in cpuinfo.splitlines():
+        field, _, value = line.partition(":")
+        if field.strip() == key:
+            listed = set(value.split())
+            return {llvm for llvm, linux in names.items() if linux in listed}
+    return None
+
+
+def host_cpu_extensions() -> set[str] | None:
+    """The CPU_EXTENSIONS this machine's CPU has, as Linux reports them (which counts only
+    those the kernel enabled); None where it cannot tell (another OS, or no such list)."""
+    try:
+        with open(CPUINFO, encoding="utf-8", errors="replace") as file:
+            cpuinfo = file.read()
+    except OSError:
+        return None
+    return listed_cpu_extensions(cpuinfo, host_machine())
+
+
+def lacking_cpu_extensions(extensions: Iterable[str]) -> list[str]:
+    """Those of ``extensions`` (LLVM's names) this machine's CPU lacks; none where it cannot
+    tell (host_cpu_extensions)."""
+    have = host_cpu_extensions()
+    return [] if have is None else sorted(set(extensions) - have)
+
+
+def cannot_run_reason(architecture: str, cpu: dict[str, Any]) -> str | None:
+    """Why this machine cannot run code compiled for ``architecture`` and ``cpu`` (its mcpu and
+    the CPU_EXTENSIONS that code may use, as compile/targets.cpu_of gives and manifests record);
+    None when it can."""
+    here = host_machine()
+    if architecture != here:
+        return f"code for {architecture} cannot run on this {here} machine"
+    if lacking := lacking_cpu_extensions(cpu["extensions"]):
+        return (f"code for the CPU {cpu['mcpu']} may use {', '.join(lacking)}, which this "
+                "machine's CPU lacks")
+    return None
