@@ -15,12 +15,12 @@ from kokoro_tvm.compile.devices import (
     lstm_methods_for,
 )
 from kokoro_tvm.config import check_precision, validate_config
+from kokoro_tvm.stages.code_inputs import code_files
 
 min_version("9.0")
 
 validate_config(config)
 
-PACKAGE = Path(workflow.basedir) / "kokoro_tvm"
 SCRIPTS = Path(workflow.basedir) / "workflow_scripts"
 
 
@@ -38,64 +38,11 @@ def setting(dotted):
     return lookup(dpath=dotted.replace(".", "/"), within=config)
 
 
-# Modules whose code matters only to components with LSTMs: a component without LSTMs does not
-# depend on them even where its stage's code imports them.
-LSTM_ONLY = ("compile/lstm.py", "compile/gpu_lstm.py", "model/packed_lstm.py")
-# Modules the lower stage runs for GPU targets only: a CPU target's libraries do not depend on
-# them.
-GPU_ONLY = ("compile/gpu_contraction.py", "compile/gpu_instance_norm.py", "compile/gpu_lstm.py")
-
-
-def _module_file(name):
-    """kokoro_tvm.a.b -> its file (a module or a package's __init__.py), or None."""
-    base = Path(workflow.basedir).joinpath(*name.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-@functools.cache  # per parse: every closure below walks the same modules
-def _imported(path):
-    """Package modules a file imports anywhere in it (function-level imports too)."""
-    import ast
-
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    found = set()
-    for name in names:
-        if name.split(".")[0] == "kokoro_tvm":
-            parts = name.split(".")
-            for i in range(1, len(parts) + 1):  # the packages on the way run too
-                file = _module_file(".".join(parts[:i]))
-                if file is not None:
-                    found.add(file)
-    return frozenset(found)
-
-
 def code_inputs(script_name, lstm=True, gpu=True):
     """Every package module the workflow script ``script_name`` imports, directly or not, as
-    inputs: Snakemake does not see imported code change. Without ``lstm``, the modules only LSTM
-    components use (LSTM_ONLY), and without ``gpu`` those only GPU targets use (GPU_ONLY), are
-    left out with what only they import."""
-    return list(_code_closure(script_name, lstm, gpu))
-
-
-@functools.cache  # per parse: rules ask once per job, and the walk parses every module
-def _code_closure(script_name, lstm, gpu):
-    skipped = {PACKAGE / name for name in (() if lstm else LSTM_ONLY) + (() if gpu else GPU_ONLY)}
-    seen, todo = set(), [Path(script(script_name))]
-    while todo:
-        path = todo.pop()
-        for found_file in _imported(path) - seen - skipped:
-            seen.add(found_file)
-            todo.append(found_file)
-    return tuple(sorted(str(found_file) for found_file in seen))
+    inputs (stages/code_inputs.code_files: without ``lstm`` or ``gpu``, the modules only LSTM
+    components or GPU targets run are left out)."""
+    return list(code_files(Path(workflow.basedir), Path(script(script_name)), lstm, gpu))
 
 
 def component_code(script_name):

@@ -18,18 +18,14 @@ from conftest import REPO, TINY, dry_run, run_snakemake
 
 from kokoro_tvm.compile.devices import device_kind
 from kokoro_tvm.components import COMPONENTS
+from kokoro_tvm.stages import code_inputs
+from kokoro_tvm.stages.code_inputs import GPU_ONLY, LSTM_ONLY
 
 PACKAGE = REPO / "kokoro_tvm"
 # What the runtime side must not import, directly or through the package modules it uses.
 NOT_IN_RUNTIME = ("torch", "tvm.relax", "tvm.s_tir", "tvm.te", "tvm.topi", "snakemake", "onnx",
                   "onnxruntime", "kokoro", "kokoro_tvm.model", "kokoro_tvm.compile",
                   "kokoro_tvm.stages", "kokoro_tvm.assets", "kokoro_tvm.measure")
-# Modules whose code matters only to components with LSTMs, and to GPU targets
-# (rules/common.smk, LSTM_ONLY and GPU_ONLY).
-LSTM_ONLY = ("kokoro_tvm.compile.lstm", "kokoro_tvm.compile.gpu_lstm",
-             "kokoro_tvm.model.packed_lstm")
-GPU_ONLY = ("kokoro_tvm.compile.gpu_contraction", "kokoro_tvm.compile.gpu_instance_norm",
-            "kokoro_tvm.compile.gpu_lstm")
 
 
 def module_name(path: Path) -> str:
@@ -38,11 +34,7 @@ def module_name(path: Path) -> str:
 
 
 def module_file(name: str) -> Path | None:
-    base = REPO.joinpath(*name.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
+    return code_inputs.module_file(REPO, name)
 
 
 def imports(path: Path, top_level: bool = False) -> set[str]:
