@@ -147,7 +147,7 @@ def test_conv1d_stages_whole_tiles_in_shared_memory_on_cuda():
     """The conv1d kernel stages input and weight tiles in shared memory, its contraction loop
     carries no tail predicate (time is padded to whole tiles: a predicate there made the
     decoder's longest convolutions 4x slower on an H100), and only the write-back is guarded."""
-    from kokoro_tvm.compile.gpu_contraction import DEFAULT_TILE
+    from kokoro_tvm.compile.gpu.contraction import DEFAULT_TILE
 
     length = 3 * DEFAULT_TILE.cols + 1  # not a whole number of tiles
     script = _contraction_script(_conv_module("conv1d", 32, 64, 7, length, dilation=3,
@@ -395,7 +395,7 @@ def test_gpu_check_refuses_a_bundle_prepared_from_other_code(tmp_path):
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     recorded = sources.digests(REPO)
-    assert "kokoro_tvm/compile/gpu_lstm.py" in recorded and "tools/gpu_check/check.py" in recorded
+    assert "kokoro_tvm/compile/gpu/lstm.py" in recorded and "tools/gpu_check/check.py" in recorded
     python = gpu_machine_python(tmp_path / "site")
 
     def verify(record: dict[str, str], *flags: str) -> subprocess.CompletedProcess:
@@ -406,10 +406,10 @@ def test_gpu_check_refuses_a_bundle_prepared_from_other_code(tmp_path):
 
     done = verify(recorded)
     assert done.returncode == 0 and "prepared from this tree" in done.stdout, done.stderr
-    edited = {**recorded, "kokoro_tvm/compile/gpu_lstm.py": "0" * 64}
+    edited = {**recorded, "kokoro_tvm/compile/gpu/lstm.py": "0" * 64}
     added = {k: v for k, v in recorded.items() if k != "kokoro_tvm/runtime/cuda.py"}
     removed = {**recorded, "kokoro_tvm/compile/gone.py": "0" * 64}
-    for record, name in ((edited, "kokoro_tvm/compile/gpu_lstm.py"),
+    for record, name in ((edited, "kokoro_tvm/compile/gpu/lstm.py"),
                          (added, "kokoro_tvm/runtime/cuda.py"),
                          (removed, "kokoro_tvm/compile/gone.py")):
         done = verify(record)

@@ -20,7 +20,7 @@ from torch import nn
 
 from kokoro_tvm.compile import gpu
 from kokoro_tvm.compile.build import build_library
-from kokoro_tvm.compile.gpu_instance_norm import gpu_instance_norm
+from kokoro_tvm.compile.gpu.instance_norm import gpu_instance_norm
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.relax import import_program
 from kokoro_tvm.compile.row_reduction import PARTIALS
@@ -77,7 +77,7 @@ def _imported(module: nn.Module, x: torch.Tensor):
 @pytest.mark.parametrize("channels, length", [(5, PARTIALS - 3), (4, 4 * PARTIALS + 7),
                                               (3, 8 * PARTIALS), (2, 9 * PARTIALS + 5)])
 def test_lowered_op_matches_torch(form, target_name, channels, length, tmp_path):
-    """The kernel as imported, and its GPU form (compile/gpu_instance_norm.py), run here."""
+    """The kernel as imported, and its GPU form (compile/gpu/instance_norm.py), run here."""
     batch = 3
     torch.manual_seed(1)
     x = torch.randn(batch, channels, length) * 4 + 1

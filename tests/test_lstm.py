@@ -24,7 +24,7 @@ from torch import nn
 from tvm.tirx.buffer import is_buffer_var
 
 from kokoro_tvm.compile.build import build_library
-from kokoro_tvm.compile.gpu_lstm import (
+from kokoro_tvm.compile.gpu.lstm import (
     StepKernels,
     recurrence_kernel_gpu,
     recurrence_kernel_gpu_steps,
@@ -296,7 +296,8 @@ def test_cuda_lowering_with_step_kernels(monkeypatch):
     """With ``StepKernels`` chosen, cuda lowering swaps in the kernel-per-step recurrence: the
     loop over steps stays on the host and launches one kernel, 2 x hidden / units_per_block
     blocks of units_per_block x k_slices threads, with barriers between its three phases."""
-    from kokoro_tvm.compile import gpu, gpu_lstm
+    from kokoro_tvm.compile import gpu
+    from kokoro_tvm.compile.gpu import lstm as gpu_lstm
 
     monkeypatch.setattr(gpu_lstm, "DEFAULT_KERNEL", StepKernels(8, 4))
     mod, _ = import_programs({"main": _op_program(_lstm(6, 32), 2, 8)}, "tir_vec")

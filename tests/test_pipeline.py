@@ -157,10 +157,10 @@ def test_lstm_lowering_change_rebuilds_only_lstm_artifacts(built, workflow):
 
 def test_gpu_lowering_change_rebuilds_nothing_for_cpu_targets(built, workflow):
     """An edit of a module that the lower stage runs for GPU targets only (the GPU LSTM kernel;
-    rules/common.smk, GPU_ONLY) leaves both CPU targets' libraries current, though the stage's
+    stages/code_inputs.py, GPU_ONLY) leaves both CPU targets' libraries current, though the stage's
     code imports it."""
-    assert "gpu_lstm" in (workflow / "kokoro_tvm/compile/lower.py").read_text()
-    with edited(workflow, "kokoro_tvm/compile/gpu_lstm.py"):
+    assert "compile.gpu.lstm" in (workflow / "kokoro_tvm/compile/lower.py").read_text()
+    with edited(workflow, "kokoro_tvm/compile/gpu/lstm.py"):
         jobs = dry_run(built, workflow, "all")
     assert not rules_of(jobs), jobs
 

@@ -91,7 +91,7 @@ def cannot_run_reason(options: dict[str, Any]) -> str | None:
 
 # LSTM lowerings each device can compile, fastest first. tir and tir_vec are hand-written CPU
 # TIR (a scalar or vectorised loop over time, threads per direction); GPU targets swap tir_vec's
-# kernel for a GPU one when lowering (compile/gpu_lstm.py), the scalar tir has none; unroll is
+# kernel for a GPU one when lowering (compile/gpu/lstm.py), the scalar tir has none; unroll is
 # plain Relax ops, which dlight schedules like any other, but its IR grows with the bucket.
 DEVICE_LSTM_METHODS = {"cpu": LSTM_METHOD_NAMES,
                        "cuda": tuple(m for m in LSTM_METHOD_NAMES if m != "tir")}

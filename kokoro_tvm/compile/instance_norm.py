@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # lowering loads this module without PyTorch (stages/common.w
     from torch import fx
 
 # PrimFunc attribute holding eps, so that a target can emit its own form
-# (compile/gpu_instance_norm.py).
+# (compile/gpu/instance_norm.py).
 EPS_ATTR = "kokoro_tvm.instance_norm_eps"
 
 

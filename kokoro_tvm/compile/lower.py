@@ -41,7 +41,7 @@ from kokoro_tvm.compile import schedules
 SKIPPED_PASSES = ("FoldConstant",)
 # Where each target kind's pass lists live. ``relax.pipeline.dataflow_lower_passes`` cannot be
 # used for llvm in TVM 0.27: the cpu_generic package does not re-export that list.
-# CUDA's lists schedule every PrimFunc with dlight's GPU rules after FuseTIR (compile/gpu.py).
+# CUDA's lists schedule every PrimFunc with dlight's GPU rules after FuseTIR (compile/gpu/).
 BACKENDS = {"llvm": "tvm.relax.backend.cpu_generic.pipeline",
             "cuda": "tvm.relax.backend.cuda.pipeline"}
 
@@ -118,11 +118,11 @@ def lift_weight_transforms(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 
 
 def _gpu_kernels() -> tvm.transform.Pass:
-    """Our hand-written CPU kernels replaced by GPU ones (compile/gpu_lstm.py,
-    compile/gpu_instance_norm.py; imported here only for GPU targets, so that CPU libraries do
+    """Our hand-written CPU kernels replaced by GPU ones (compile/gpu/lstm.py,
+    compile/gpu/instance_norm.py; imported here only for GPU targets, so that CPU libraries do
     not depend on them)."""
-    from kokoro_tvm.compile.gpu_instance_norm import gpu_instance_norm
-    from kokoro_tvm.compile.gpu_lstm import gpu_lstm_recurrence
+    from kokoro_tvm.compile.gpu.instance_norm import gpu_instance_norm
+    from kokoro_tvm.compile.gpu.lstm import gpu_lstm_recurrence
 
     return tvm.transform.Sequential([gpu_lstm_recurrence, gpu_instance_norm])
 
@@ -132,8 +132,8 @@ def _gpu_schedules() -> tvm.transform.Pass:
     only for GPU targets, as ``_gpu_kernels``."""
     from tvm.s_tir import dlight as dl
 
-    from kokoro_tvm.compile.gpu_contraction import Contraction
-    from kokoro_tvm.compile.gpu_instance_norm import RowNorm
+    from kokoro_tvm.compile.gpu.contraction import Contraction
+    from kokoro_tvm.compile.gpu.instance_norm import RowNorm
 
     return dl.ApplyDefaultSchedule(Contraction(), RowNorm())
 
@@ -151,7 +151,7 @@ def _legalize(schedule: bool, gpu: bool) -> tvm.transform.Pass:
     if schedule:
         custom.update(schedules.LEGALIZATIONS)
     if gpu:
-        from kokoro_tvm.compile.gpu_contraction import LEGALIZATIONS as GPU_LEGALIZATIONS
+        from kokoro_tvm.compile.gpu.contraction import LEGALIZATIONS as GPU_LEGALIZATIONS
 
         custom.update(GPU_LEGALIZATIONS)
     return relax.transform.LegalizeOps(customize_legalize_map=custom)

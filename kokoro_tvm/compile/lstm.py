@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # lowering loads this module without PyTorch (stages/common.w
 
 CONVERTER_KEY = converter_key(PACKED_LSTM)
 
-# The name prefix of tir_vec's recurrence kernels (GPU targets swap them: compile/gpu_lstm.py).
+# The name prefix of tir_vec's recurrence kernels (GPU targets swap them: compile/gpu/lstm.py).
 VEC_KERNEL_PREFIX = "packed_lstm_recurrence_vec_"
 # Gate accumulators per chunk in the vectorised recurrence, in vectors of up to 16 floats: 8 of
 # AVX-512's 32 registers, leaving room for the weight vectors and the broadcast of h[k]. The

@@ -9,12 +9,13 @@ from pathlib import Path
 
 # Modules whose code matters only to components with LSTMs: a component without LSTMs does not
 # depend on them even where its stage's code imports them.
-LSTM_ONLY = ("kokoro_tvm.compile.lstm", "kokoro_tvm.compile.gpu_lstm",
+LSTM_ONLY = ("kokoro_tvm.compile.lstm", "kokoro_tvm.compile.gpu.lstm",
              "kokoro_tvm.model.packed_lstm")
-# Modules the lower stage runs for GPU targets only: a CPU target's libraries do not depend on
-# them.
-GPU_ONLY = ("kokoro_tvm.compile.gpu_contraction", "kokoro_tvm.compile.gpu_instance_norm",
-            "kokoro_tvm.compile.gpu_lstm")
+# Modules the lower stage runs for GPU targets only, the GPU lowering: every module of
+# compile/gpu/ but the package's own. A CPU target's libraries do not depend on them.
+GPU_ONLY = tuple(sorted(f"kokoro_tvm.compile.gpu.{module.stem}"
+                        for module in (Path(__file__).parents[1] / "compile/gpu").glob("*.py")
+                        if module.name != "__init__.py"))
 
 
 def module_file(root: Path, name: str) -> Path | None:

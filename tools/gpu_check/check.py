@@ -479,7 +479,7 @@ def main() -> None:
         save()
         summary["lstm"] = sweep(args.bundle, document, "lstm", lstm_case, args.repeat,
                                 TIGHT_RELATIVE)
-        # compile/gpu_contraction.py's tile and compile/gpu_lstm.py's DEFAULT_KERNEL, from this
+        # compile/gpu/contraction.py's tile and compile/gpu/lstm.py's DEFAULT_KERNEL, from this
         summary["choices"] = {folder: fastest(summary[folder]) for folder in ("tiles", "lstm")}
         print("choices", json.dumps(summary["choices"]), flush=True)
         save()

@@ -1,5 +1,5 @@
 """The decoder's heaviest convolutions, alone, under dlight's schedule and under our GPU
-contraction schedule with several tiles (compile/gpu_contraction.py): which tile is fastest on
+contraction schedule with several tiles (compile/gpu/contraction.py): which tile is fastest on
 the GPU, beside PyTorch's cuDNN, in one run.
 
 prepare.py builds one library per (shape, variant) into the bundle's ``tiles/``; check.py runs
@@ -54,7 +54,7 @@ def lowered(shape: tuple, variant: str, target):
     """``module(shape)`` through the cuda pipeline, with ``variant``'s schedule."""
     from tvm import relax
 
-    from kokoro_tvm.compile import gpu_contraction
+    from kokoro_tvm.compile.gpu import contraction
     from kokoro_tvm.compile.lower import lower
 
     mod = module(shape)
@@ -62,8 +62,8 @@ def lowered(shape: tuple, variant: str, target):
     if tile is None:
         with target:
             return relax.backend.cuda.pipeline.get_default_pipeline(target)(mod)
-    with mock.patch.object(gpu_contraction, "DEFAULT_TILE",
-                           dataclasses.replace(gpu_contraction.DEFAULT_TILE, **tile)):
+    with mock.patch.object(contraction, "DEFAULT_TILE",
+                           dataclasses.replace(contraction.DEFAULT_TILE, **tile)):
         return lower(mod, target)
 
 

@@ -1,5 +1,5 @@
 """The LSTM recurrence alone at the real model's largest sequences, in each GPU form of
-compile/gpu_lstm.py: one thread block per direction (the default) and a kernel per step with
+compile/gpu/lstm.py: one thread block per direction (the default) and a kernel per step with
 several block shapes; which is fastest on the GPU, beside PyTorch's cuDNN LSTM, in one run.
 
 prepare.py builds one library per (shape, variant) into the bundle's ``lstm/``; each holds the
@@ -61,7 +61,7 @@ def module(shape: tuple):
 
 def lowered(shape: tuple, variant: str, target):
     """``module(shape)`` through our cuda pipeline with ``variant``'s recurrence kernel."""
-    from kokoro_tvm.compile import gpu_lstm
+    from kokoro_tvm.compile.gpu import lstm as gpu_lstm
     from kokoro_tvm.compile.lower import lower
 
     form = VARIANTS[variant]

@@ -10,7 +10,7 @@ component at two buckets of config.yaml: its largest, and a small one):
   for a generic x86-64 CPU, to name a wrong op;
 - tiles/: the decoder's heaviest convolutions alone under each schedule variant of
   conv_tiles.py, to choose the GPU contraction's tile; lstm/: the LSTM recurrence alone in each
-  GPU form of lstm_kernels.py, to choose compile/gpu_lstm.py's default;
+  GPU form of lstm_kernels.py, to choose compile/gpu/lstm.py's default;
 - cases.json: the libraries, each component's weight spec (shape, mean, std per tensor: the
   GPU machine regenerates synthetic weights from it and a seed, synthetic.py), the token ids
   of the end-to-end sentences (G2P needs spaCy, which the GPU machine lacks), and the source

@@ -1,13 +1,16 @@
 """CUDA targets: their schedules, nvcc, and whether a CUDA device is present.
 
 Our CPU schedules (``kokoro_tvm.compile.schedules``) are not used for GPUs. ``lower`` gives GPU
-targets our legalizations (``gpu_contraction.LEGALIZATIONS`` and the math that every target
+targets our legalizations (``contraction.LEGALIZATIONS`` and the math that every target
 gets) and our GPU schedules for convolutions and the norm (``Contraction``, ``RowNorm``), then
 dlight's GPU rules (Matmul, GEMV, Reduction, GeneralReduction, Fallback) schedule every other
 PrimFunc after FuseTIR. Kernels
 are compiled by nvcc into a fatbin with SASS for the target's ``arch`` (``sm_90``: H100/H200),
 so building needs nvcc but no GPU; running needs a driver that supports the CUDA runtime the
 TVM wheel links (``libcudart.so.13``).
+
+The package's modules are the GPU lowering, which only GPU targets import (so CPU libraries do
+not depend on them: stages/code_inputs.GPU_ONLY); this one is what CPU code may ask too.
 """
 from __future__ import annotations
 
