@@ -22,7 +22,7 @@ from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.components import valid_length
 from kokoro_tvm.measure.validate import validate_component
 from kokoro_tvm.model.components import (
-    COMPONENTS,
+    TORCH_COMPONENTS,
     export_component,
     reference_values,
     run_reference,
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 
 
 def lstm_of(name: str) -> str:
-    return "unroll" if COMPONENTS[name].has_lstm else "none"
+    return "unroll" if TORCH_COMPONENTS[name].has_lstm else "none"
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def target():
     return make_target(TARGET)
 
 
-@pytest.fixture(scope="module", params=sorted(COMPONENTS))
+@pytest.fixture(scope="module", params=sorted(TORCH_COMPONENTS))
 def built(request, tiny_kmodel, target, tmp_path_factory):
     """One component's artifacts at BUCKET, the build continuing from the JSON-loaded module."""
     name = request.param
@@ -69,7 +69,7 @@ def test_lowered_module_survives_json(built):
 
 def test_library_matches_pytorch(built, tiny_kmodel):
     env = run_reference(tiny_kmodel, built.name,
-                        COMPONENTS[built.name].example_inputs(tiny_kmodel, BUCKET, 0))
+                        TORCH_COMPONENTS[built.name].example_inputs(tiny_kmodel, BUCKET, 0))
     result = validate_component(built.name, BUCKET, built.so_path, built.params_npz,
                                 reference_values(tiny_kmodel, built.name, env))
     assert result["passed"], json.dumps(result["metrics"], indent=1)
@@ -86,7 +86,7 @@ def test_library_holds_no_weights(built):
 
 def test_signature_matches_registry(built):
     functions = built.info["functions"]
-    component = COMPONENTS[built.name]
+    component = TORCH_COMPONENTS[built.name]
     assert sorted(functions) == sorted(f.name for f in component.functions)
     for fn in component.functions:
         signature = functions[fn.name]
@@ -203,7 +203,7 @@ def test_export_process_reuses_freed_blocks_without_page_faults():
 def test_example_inputs_fit_the_bucket(tiny_kmodel):
     """Every component's inputs: each length axis is the bucket's (times its positions per
     valid one), the mask leaves some padding, and token ids are Kokoro's framing."""
-    for name, component in COMPONENTS.items():
+    for name, component in TORCH_COMPONENTS.items():
         inputs = component.example_inputs(tiny_kmodel, BUCKET, 0)
         first = component.functions[0]
         assert set(first.inputs) <= set(inputs), name
@@ -246,7 +246,7 @@ def test_patched_restores_originals():
 def test_decoder_split_and_noise_inputs_reproduce_kokoro(tiny_kmodel):
     """Kokoro's decoder drawing its own noise == our source+body fed the same draws, merged
     into the one channel the libraries take."""
-    inputs = COMPONENTS["decoder"].example_inputs(tiny_kmodel, BUCKET, 3)
+    inputs = TORCH_COMPONENTS["decoder"].example_inputs(tiny_kmodel, BUCKET, 3)
     weight = noise_weight(tiny_kmodel)
     with torch.no_grad():
         torch.manual_seed(7)
@@ -258,7 +258,7 @@ def test_decoder_split_and_noise_inputs_reproduce_kokoro(tiny_kmodel):
         batch, samples, _ = inputs["sine_noise"].shape
         harmonics = phase_noise.shape[1]
         draws = torch.empty(batch, harmonics, samples).transpose(1, 2).normal_()
-        with patched(COMPONENTS["decoder"].patches):
+        with patched(TORCH_COMPONENTS["decoder"].patches):
             got = DecoderWrapper(tiny_kmodel)(inputs["asr"], inputs["f0"], inputs["n"],
                                               inputs["s"], phase_noise,
                                               merged_noise(draws, weight))
@@ -283,11 +283,11 @@ def test_merged_noise_is_standard_normal_and_spreads_back():
 def test_packed_lstm_patch_is_kokoro_at_full_length(tiny_kmodel):
     """With every token valid, the patched wrapper is Kokoro's own packed code (tolerance 1e-6
     abs); tests/test_lstm.py covers shorter lengths."""
-    inputs = COMPONENTS["text_encoder"].example_inputs(tiny_kmodel, BUCKET, 0)
+    inputs = TORCH_COMPONENTS["text_encoder"].example_inputs(tiny_kmodel, BUCKET, 0)
     ids, mask = inputs["input_ids"], torch.zeros_like(inputs["text_mask"])
     with torch.no_grad():
         expected = tiny_kmodel.text_encoder(ids, torch.tensor([BUCKET]), mask)
-        with patched(COMPONENTS["text_encoder"].patches):
+        with patched(TORCH_COMPONENTS["text_encoder"].patches):
             got = TextEncoderWrapper(tiny_kmodel)(ids, mask)
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
 

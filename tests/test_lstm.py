@@ -41,14 +41,14 @@ from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.components import crop
 from kokoro_tvm.measure.metrics import tight_metrics
 from kokoro_tvm.measure.validate import run_library
-from kokoro_tvm.model.components import COMPONENTS, export_component, run_exact_length
+from kokoro_tvm.model.components import TORCH_COMPONENTS, export_component, run_exact_length
 from kokoro_tvm.model.packed_lstm import run_lstm
 from kokoro_tvm.model.patches import PATCHES, patched
 from kokoro_tvm.runtime.library import Library, Weights
 
 TARGET = {"kind": "llvm", "mcpu": "host", "num-cores": 2}
 METHODS = sorted(LSTM_METHODS)
-LSTM_COMPONENTS = sorted(n for n, c in COMPONENTS.items() if c.has_lstm)
+LSTM_COMPONENTS = sorted(n for n, c in TORCH_COMPONENTS.items() if c.has_lstm)
 BUCKET = 8
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -183,7 +183,7 @@ def test_component_valid_outputs_equal_kokoro_at_exact_length(name, method, tiny
     so_path, params_npz = tmp_path / "lib.so", tmp_path / "params.npz"
     build_library(lower(mod, target), target, so_path)
     np.savez(params_npz, **params)
-    component = COMPONENTS[name]
+    component = TORCH_COMPONENTS[name]
     fn = component.functions[0]
     inputs = component.example_inputs(tiny_kmodel, BUCKET, 1)
     # Frames start at 3, the fewest an utterance has (0, a phoneme, 0; each at least a frame):

@@ -17,7 +17,7 @@ from conftest import with_length
 from kokoro_tvm import paths
 from kokoro_tvm.components import crop
 from kokoro_tvm.measure.metrics import snr_db
-from kokoro_tvm.model.components import COMPONENTS, run_exact_length, run_reference
+from kokoro_tvm.model.components import TORCH_COMPONENTS, run_exact_length, run_reference
 from kokoro_tvm.model.kmodel import load_kmodel
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -27,8 +27,8 @@ def bucketed_vs_exact(kmodel, bucket: int, length: int, seed: int = 0, unmasked:
                       ) -> tuple[float, float | None]:
     """SNR (dB) of the wrapper's valid audio in ``bucket`` against Kokoro at ``length``, and
     (``unmasked``) of the same without the mask (every frame valid: what padding did before)."""
-    inputs = with_length("decoder", COMPONENTS["decoder"].example_inputs(kmodel, bucket, seed),
-                         length)
+    decoder = TORCH_COMPONENTS["decoder"]
+    inputs = with_length("decoder", decoder.example_inputs(kmodel, bucket, seed), length)
     exact = run_exact_length(kmodel, "decoder", inputs)["audio"].numpy()
     masked = crop("decoder", run_reference(kmodel, "decoder", inputs), length)["audio"]
     assert masked.shape == exact.shape
@@ -48,10 +48,11 @@ def test_decoder_is_length_exact_tiny(tiny_kmodel, length):
 
 
 def test_padding_content_does_not_matter(tiny_kmodel):
-    inputs = with_length("decoder", COMPONENTS["decoder"].example_inputs(tiny_kmodel, 16, 1), 9)
+    decoder = TORCH_COMPONENTS["decoder"]
+    inputs = with_length("decoder", decoder.example_inputs(tiny_kmodel, 16, 1), 9)
     g = torch.Generator().manual_seed(5)
     other = dict(inputs)
-    for name, (axis, per) in COMPONENTS["decoder"].length_axes.items():
+    for name, (axis, per) in decoder.length_axes.items():
         if name.endswith("_mask") or name == "audio":
             continue
         value = other[name].clone()

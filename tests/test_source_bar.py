@@ -19,11 +19,11 @@ from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.components import probe_inputs
 from kokoro_tvm.measure.metrics import source_metrics, spectral_metrics
 from kokoro_tvm.measure.validate import run_library
-from kokoro_tvm.model.components import COMPONENTS, _Bound, method, run_float64, run_reference
+from kokoro_tvm.model.components import TORCH_COMPONENTS, _Bound, method, run_float64, run_reference
 from kokoro_tvm.model.patches import patched
 
 BUCKET = 16
-DECODER = COMPONENTS["decoder"]
+DECODER = TORCH_COMPONENTS["decoder"]
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 

@@ -245,8 +245,7 @@ def test_aarch64_library_runs_under_emulation_and_matches_pytorch(other_built, a
         spectral_metrics,
         tight_metrics,
     )
-    from kokoro_tvm.model.components import COMPONENTS as SPECS
-    from kokoro_tvm.model.components import run_function, run_reference
+    from kokoro_tvm.model.components import TORCH_COMPONENTS, run_function, run_reference
     from kokoro_tvm.model.kmodel import load_kmodel
 
     manifest = json.loads((other_built / "results/manifest/aarch64.json").read_text())
@@ -254,7 +253,7 @@ def test_aarch64_library_runs_under_emulation_and_matches_pytorch(other_built, a
                 key=lambda e: e["bucket"])
     kmodel = load_kmodel(other_built / paths.ASSET_CONFIG, other_built / paths.ASSET_WEIGHTS,
                          disable_complex=True)
-    component = SPECS[name]
+    component = TORCH_COMPONENTS[name]
     inputs = component.example_inputs(kmodel, entry["bucket"], 0)
     ref = {k: v.numpy() for k, v in run_reference(kmodel, name, inputs).items()}
 

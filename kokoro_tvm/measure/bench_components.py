@@ -29,7 +29,7 @@ import torch
 from kokoro_tvm.atomic import write_json
 from kokoro_tvm.measure.figures import pyplot, save_png
 from kokoro_tvm.measure.manifest_libraries import with_files
-from kokoro_tvm.model.components import COMPONENTS, method, run_reference
+from kokoro_tvm.model.components import TORCH_COMPONENTS, method, run_reference
 from kokoro_tvm.model.patches import patched
 from kokoro_tvm.paths import PathLike
 from kokoro_tvm.runtime.bare import call_ms
@@ -70,7 +70,7 @@ def practical_peak_gflops(threads: int, repeats: int = 5) -> float:
 def bench_library(kmodel, entry: dict[str, Any], library_path: PathLike, params: PathLike,
                   repeats: int, seed: int = 0) -> list[dict[str, Any]]:
     """One library: a row per function with both latencies, their ratio and GFLOP/s."""
-    component = COMPONENTS[entry["component"]]
+    component = TORCH_COMPONENTS[entry["component"]]
     inputs = component.example_inputs(kmodel, entry["bucket"], seed)
     env = run_reference(kmodel, component.name, inputs)
     arrays = {name: value.detach().numpy() for name, value in env.items()}
@@ -112,7 +112,7 @@ def selected_libraries(libraries: list[dict[str, Any]],
     buckets: dict[tuple[str, str], set[int]] = {}
     for entry in libraries:
         buckets.setdefault((entry["component"], entry["lstm"]), set()).add(entry["bucket"])
-    chosen = {key: serving_buckets(found, lengths[COMPONENTS[key[0]].axis])
+    chosen = {key: serving_buckets(found, lengths[TORCH_COMPONENTS[key[0]].axis])
               for key, found in buckets.items()}
     return [e for e in libraries if e["bucket"] in chosen[e["component"], e["lstm"]]]
 

@@ -48,7 +48,7 @@ from kokoro_tvm.model.wrappers import (
 
 
 @dataclass(frozen=True, kw_only=True)
-class Component(components.Component):
+class TorchComponent(components.Component):
     """A component's description with how it runs in PyTorch."""
 
     wrapper: Callable[[Any], nn.Module]
@@ -61,7 +61,7 @@ class Component(components.Component):
     float64: Callable[..., torch.Tensor] | None = None
 
     @classmethod
-    def of(cls, name: str, **torch_side) -> "Component":
+    def of(cls, name: str, **torch_side) -> "TorchComponent":
         """The torch-free description of ``name`` with ``torch_side`` added."""
         described = components.COMPONENTS[name]
         return cls(**{f.name: getattr(described, f.name)
@@ -77,18 +77,21 @@ def method(fn: Function) -> str:
     return "forward" if fn.name == "main" else fn.name
 
 
-COMPONENTS: dict[str, Component] = {c.name: c for c in (
-    Component.of("bert", wrapper=BertWrapper, example_inputs=bert_inputs, kokoro=kokoro_bert),
-    Component.of("duration", wrapper=DurationWrapper, example_inputs=duration_inputs,
-                 kokoro=kokoro_duration, patches=("packed_lstm",)),
-    Component.of("text_encoder", wrapper=TextEncoderWrapper, example_inputs=text_encoder_inputs,
-                 kokoro=kokoro_text_encoder, patches=("packed_lstm",)),
-    Component.of("f0n", wrapper=F0NWrapper, example_inputs=f0n_inputs, kokoro=kokoro_f0n),
-    Component.of("decoder", wrapper=DecoderWrapper, example_inputs=decoder_inputs,
-                 kokoro=kokoro_decoder, patches=("sinegen_noise_inputs", "stft_phase_where"),
-                 float64=source_float64),
+TORCH_COMPONENTS: dict[str, TorchComponent] = {c.name: c for c in (
+    TorchComponent.of("bert", wrapper=BertWrapper, example_inputs=bert_inputs,
+                      kokoro=kokoro_bert),
+    TorchComponent.of("duration", wrapper=DurationWrapper, example_inputs=duration_inputs,
+                      kokoro=kokoro_duration, patches=("packed_lstm",)),
+    TorchComponent.of("text_encoder", wrapper=TextEncoderWrapper,
+                      example_inputs=text_encoder_inputs, kokoro=kokoro_text_encoder,
+                      patches=("packed_lstm",)),
+    TorchComponent.of("f0n", wrapper=F0NWrapper, example_inputs=f0n_inputs, kokoro=kokoro_f0n),
+    TorchComponent.of("decoder", wrapper=DecoderWrapper, example_inputs=decoder_inputs,
+                      kokoro=kokoro_decoder,
+                      patches=("sinegen_noise_inputs", "stft_phase_where"),
+                      float64=source_float64),
 )}
-assert tuple(COMPONENTS) == tuple(components.COMPONENTS)
+assert tuple(TORCH_COMPONENTS) == tuple(components.COMPONENTS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,7 +118,7 @@ def run_reference(kmodel, name: str, inputs: dict[str, torch.Tensor]) -> dict[st
     """All functions of a component in PyTorch, chained, on the model's device: example inputs
     plus every output."""
     env = on_device(inputs, model_device(kmodel))
-    for fn in COMPONENTS[name].functions:
+    for fn in TORCH_COMPONENTS[name].functions:
         env.update(run_function(kmodel, name, fn, env))
     return env
 
@@ -124,7 +127,7 @@ def run_function(kmodel, name: str, fn: Function, values: dict[str, torch.Tensor
                  ) -> dict[str, torch.Tensor]:
     """One function of a component in PyTorch, on the model's device, on ``values`` (its inputs
     among others): its outputs by name."""
-    component = COMPONENTS[name]
+    component = TORCH_COMPONENTS[name]
     wrapper = component.wrapper(kmodel).eval()
     args = on_device({i: values[i] for i in fn.inputs}, model_device(kmodel))
     with patched(component.patches), torch.no_grad():
@@ -136,7 +139,7 @@ def run_exact_length(kmodel, name: str, inputs: dict[str, torch.Tensor]
                      ) -> dict[str, torch.Tensor]:
     """Unpatched Kokoro on the utterance without its padding: the outputs at exactly its length,
     which the valid part of a bucketed run must equal."""
-    component = COMPONENTS[name]
+    component = TORCH_COMPONENTS[name]
     cropped = crop(name, inputs, valid_length(name, inputs))
     cropped[component.mask_input] = component.unpadded_mask(cropped[component.mask_input])
     cropped = on_device(cropped, model_device(kmodel))
@@ -147,7 +150,7 @@ def run_exact_length(kmodel, name: str, inputs: dict[str, torch.Tensor]
 
 def run_float64(kmodel, name: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The component's ``float64_output`` computed in float64 (empty without one)."""
-    component = COMPONENTS[name]
+    component = TORCH_COMPONENTS[name]
     if component.float64_output is None:
         return {}
     output = component.float64_output
@@ -169,7 +172,7 @@ def reference_values(kmodel, name: str, env: dict[str, torch.Tensor]) -> dict[st
       stacked on a leading axis (spectral outputs only): PyTorch's own reaction to
       rounding-sized changes, taken at exact length alone since the padded wrapper's valid
       samples equal Kokoro's there (a full decoder pass saved per probe)."""
-    component = COMPONENTS[name]
+    component = TORCH_COMPONENTS[name]
     inputs = {i: env[i] for i in component.inputs}
     values = {**{f"input.{i}": env[i] for i in component.inputs},
               **{f"output.{o}": env[o] for o in component.outputs},
@@ -192,7 +195,7 @@ def export_component(kmodel, name: str, bucket: int, seed: int = 0,
     the harmonic source), so every function sees realistic values while tracing; ``env`` is
     that run (``run_reference`` on the example inputs at ``seed``) where the caller has it.
     """
-    component = COMPONENTS[name]
+    component = TORCH_COMPONENTS[name]
     wrapper = component.wrapper(kmodel).eval()
     if env is None:
         env = run_reference(kmodel, name, component.example_inputs(kmodel, bucket, seed))
@@ -210,5 +213,5 @@ def export_component(kmodel, name: str, bucket: int, seed: int = 0,
 def component_params(kmodel, name: str) -> dict[str, Any]:
     """The component's weights under KModel's state-dict keys: the names its libraries' weight
     inputs carry (the importer names them so), the same for every bucket and LSTM method."""
-    wrapper = COMPONENTS[name].wrapper(kmodel)
+    wrapper = TORCH_COMPONENTS[name].wrapper(kmodel)
     return {key: value.detach().cpu().numpy() for key, value in wrapper.named_parameters()}

@@ -17,7 +17,7 @@ from kokoro_tvm.model.patches import merged_noise, noise_weight
 
 
 @dataclass
-class Prosody:
+class TorchProsody:
     """KModel's decoder inputs for one chunk (speech.Prosody), and the seed of its SineGen."""
 
     durations: np.ndarray
@@ -62,7 +62,7 @@ class TorchEngine:
             audio, durations = self.kmodel.forward_with_tokens(input_ids, style, speed)
         return audio.numpy().astype(np.float32), durations.numpy()
 
-    def prosody(self, ids: list[int], ref_s: np.ndarray, speed: float, seed: int) -> Prosody:
+    def prosody(self, ids: list[int], ref_s: np.ndarray, speed: float, seed: int) -> TorchProsody:
         """forward_with_tokens up to its decoder call, whose inputs it keeps (speech.Prosody)."""
         decoder, capture = self.kmodel.decoder, _Capture()
         self.kmodel.decoder = capture
@@ -70,14 +70,14 @@ class TorchEngine:
             _, durations = self.synthesize_with_durations(ids, ref_s, speed, seed)
         finally:
             self.kmodel.decoder = decoder
-        return Prosody(durations, capture.inputs, seed)
+        return TorchProsody(durations, capture.inputs, seed)
 
     @staticmethod
     def decode_frames(frames: int) -> int:
         """KModel runs at exactly the frames it is given."""
         return frames
 
-    def decode(self, prosody: Prosody, frames: int | None = None) -> np.ndarray:
+    def decode(self, prosody: TorchProsody, frames: int | None = None) -> np.ndarray:
         """KModel's decoder on the first ``frames`` frames alone (all by default: then exactly
         ``synthesize``'s audio, the noise drawn after the same seed)."""
         asr, f0, n, style = prosody.decoder_inputs

@@ -130,8 +130,8 @@ Noise = Callable[[int, int], tuple[np.ndarray, np.ndarray]]
 
 
 @dataclass
-class Prosody:
-    """One chunk after f0n: what the decoder needs for any prefix of its frames."""
+class TvmProsody:
+    """One chunk after f0n: what the decoder needs for any prefix of its frames (speech.Prosody)."""
 
     durations: np.ndarray  # frames per token, pads included
     asr: np.ndarray  # [1, 512, frames], the text encoder's features, aligned
@@ -230,7 +230,7 @@ class TvmEngine:
         prosody = self.prosody(ids, ref_s, speed, seed)
         return self.decode(prosody), prosody.durations
 
-    def prosody(self, ids: list[int], ref_s: np.ndarray, speed: float, seed: int) -> Prosody:
+    def prosody(self, ids: list[int], ref_s: np.ndarray, speed: float, seed: int) -> TvmProsody:
         """bert -> duration -> alignment -> text_encoder -> f0n on the whole chunk, with SineGen's
         noise drawn meanwhile; refuses a chunk that no decoder bucket fits before any work."""
         c = self.components
@@ -272,13 +272,13 @@ class TvmEngine:
             "frame_mask": np.arange(bucket)[None, :] >= total})  # True on padding
         self._timed("f0n", started)
         steps = F0_PER_FRAME * total
-        return Prosody(frames, asr, f0[:, :steps], noise_n[:, :steps], style_decoder, noise)
+        return TvmProsody(frames, asr, f0[:, :steps], noise_n[:, :steps], style_decoder, noise)
 
     def decode_frames(self, frames: int) -> int:
         """The decoder bucket that ``frames`` frames are padded to."""
         return self.components["decoder"].fit(frames)
 
-    def decode(self, prosody: Prosody, frames: int | None = None) -> np.ndarray:
+    def decode(self, prosody: TvmProsody, frames: int | None = None) -> np.ndarray:
         """The decoder on the first ``frames`` frames of ``prosody`` alone (all by default)."""
         total = prosody.asr.shape[-1]
         frames = total if frames is None else min(frames, total)

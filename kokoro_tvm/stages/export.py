@@ -13,14 +13,15 @@ def export(checkpoint: PathLike, model_config: PathLike, component: str, bucket:
            out: PathLike, out_reference: PathLike, seed: int = 0) -> None:
     """results/export/{component}/b{bucket}.pt2 and .reference.npz."""
     from kokoro_tvm.model.components import (
-        COMPONENTS,
+        TORCH_COMPONENTS,
         export_component,
         reference_values,
         run_reference,
     )
 
     model = kmodel(checkpoint, model_config)
-    env = run_reference(model, component, COMPONENTS[component].example_inputs(model, bucket, seed))
+    inputs = TORCH_COMPONENTS[component].example_inputs(model, bucket, seed)
+    env = run_reference(model, component, inputs)
     values = reference_values(model, component, env)
     with atomic_path(out_reference) as tmp, open(tmp, "wb") as f:
         np.savez(f, **values)

@@ -80,7 +80,7 @@ def synthetic_kmodel(bundle: Path, document: dict, device: str):
     import synthetic
     import torch
 
-    from kokoro_tvm.model.components import COMPONENTS
+    from kokoro_tvm.model.components import TORCH_COMPONENTS
     from kokoro_tvm.model.kmodel import build_kmodel
 
     kmodel = build_kmodel(json.loads((bundle / "config.json").read_text()), None,
@@ -88,7 +88,7 @@ def synthetic_kmodel(bundle: Path, document: dict, device: str):
     weights = {}
     for name, spec in document["weights"].items():
         weights[name] = synthetic.weights(spec, document["seed"])
-        params = dict(COMPONENTS[name].wrapper(kmodel).named_parameters())
+        params = dict(TORCH_COMPONENTS[name].wrapper(kmodel).named_parameters())
         with torch.no_grad():
             for key, array in weights[name].items():
                 params[key].copy_(torch.from_numpy(array))
@@ -102,12 +102,12 @@ def check_library(kmodel, case: dict, bundle: Path, params: Path, weights: dict,
 
     from kokoro_tvm.measure.bench_components import flops
     from kokoro_tvm.measure.validate import validate_component
-    from kokoro_tvm.model.components import COMPONENTS, reference_values, run_reference
+    from kokoro_tvm.model.components import TORCH_COMPONENTS, reference_values, run_reference
     from kokoro_tvm.runtime.bare import BareLibrary, median_ms
 
     name, bucket = case["component"], case["bucket"]
     so = bundle / "libs" / f"{case['stem']}.so"
-    component = COMPONENTS[name]
+    component = TORCH_COMPONENTS[name]
     inputs = component.example_inputs(kmodel, bucket, seed)
     env = run_reference(kmodel, name, inputs)
     report = validate_component(name, bucket, so, params, reference_values(kmodel, name, env),
