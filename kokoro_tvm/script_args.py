@@ -1,11 +1,19 @@
-"""Command-line options several workflow scripts share."""
+"""The workflow scripts' command lines: their parser, and the options several share."""
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 
 from kokoro_tvm import paths
 from kokoro_tvm.facts import LSTM_METHOD_NAMES
+
+
+def stage_parser(described) -> argparse.ArgumentParser:
+    """A workflow script's parser whose --help is the docstring of what it runs (its stage
+    function, or its measurement module): there, and only there, is the stage described."""
+    return argparse.ArgumentParser(description=inspect.getdoc(described),
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def require_options(parser: argparse.ArgumentParser, args: argparse.Namespace,

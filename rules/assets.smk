@@ -1,6 +1,7 @@
 # Assets: Kokoro's weights and config, and the voice packs, from the sources config.yaml names.
 
 
+# See kokoro_tvm.assets.int8_onnx.assemble_onnx.
 rule assemble_onnx:
     input:
         code=code_inputs("assemble_onnx.py"),
@@ -20,6 +21,7 @@ rule assemble_onnx:
         "python {input.script} --out {output.onnx} > {log} 2>&1"
 
 
+# See kokoro_tvm.assets.sources.write_weights.
 rule weights:
     input:
         unpack(weights_source_files),
@@ -45,6 +47,7 @@ rule weights:
         " --out-provenance {output.provenance} > {log} 2>&1"
 
 
+# See kokoro_tvm.assets.voices.voice_assets.
 rule voices:
     input:
         code=code_inputs("voices.py"),

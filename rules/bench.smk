@@ -1,6 +1,7 @@
 # Benchmarks: figures (JSON) and plots under results/bench/, outside `rule all`.
 
 
+# See kokoro_tvm.measure.bench_lstm.
 rule bench_lstm_target:
     input:
         manifest=rules.manifest.output.manifest,
@@ -26,6 +27,7 @@ rule bench_lstm_target:
         " > {log} 2>&1"
 
 
+# See kokoro_tvm.measure.bench_components.
 rule bench_components_target:
     input:
         manifest=rules.manifest.output.manifest,
@@ -55,6 +57,7 @@ rule bench_components_target:
         " --out-plot {output.plot} > {log} 2>&1"
 
 
+# See kokoro_tvm.measure.bench_e2e.
 rule bench_e2e_target:
     input:
         model=rules.dist.output.folder,
@@ -84,6 +87,7 @@ rule bench_e2e_target:
         " --out-plot {output.plot} > {log} 2>&1"
 
 
+# See kokoro_tvm.measure.bench_serve.
 rule bench_serve_target:
     input:
         model=rules.dist.output.folder,

@@ -1,4 +1,4 @@
-# Build: code generation and linking into a code-only library, with its metadata.
+# Build: see kokoro_tvm.stages.build.build.
 
 
 rule build:

@@ -1,4 +1,4 @@
-# Dist: the model folder a user ships (results/dist/{target}), read by the runtime alone.
+# Dist: see kokoro_tvm.stages.dist.write_dist.
 
 
 rule dist:

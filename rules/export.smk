@@ -1,5 +1,4 @@
-# Export: one Kokoro component traced by torch.export at one static bucket, and what PyTorch
-# computes on the bucket's example inputs (validation of every target and method reads it).
+# Export: see kokoro_tvm.stages.export.export.
 
 
 rule export:

@@ -1,4 +1,4 @@
-# Lower: the target's Relax pipeline, up to code generation.
+# Lower: see kokoro_tvm.stages.lower.lower.
 
 
 rule lower:

@@ -1,4 +1,4 @@
-# Manifest: every library of a target with its metadata and validation status.
+# Manifest: see kokoro_tvm.stages.manifest.manifest.
 
 
 rule manifest:

@@ -1,4 +1,4 @@
-# Params: a component's weights, once for all its buckets and LSTM methods.
+# Params: see kokoro_tvm.stages.params.write_params.
 
 
 rule params:

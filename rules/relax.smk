@@ -1,5 +1,4 @@
-# Relax: exported programs imported into TVM Relax; weights stay inputs (results/params holds
-# them once per component).
+# Relax: see kokoro_tvm.stages.relax.relax.
 
 
 rule relax:

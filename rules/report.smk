@@ -2,6 +2,7 @@
 # the spectrogram comparison and the benchmark plots come with `snakemake figures`).
 
 
+# See kokoro_tvm.measure.validation_report.
 rule validation_report:
     input:
         validations=lambda wildcards: per_library(paths.VALIDATION, wildcards.target),
@@ -18,6 +19,7 @@ rule validation_report:
         " --out {output} > {log} 2>&1"
 
 
+# See kokoro_tvm.measure.spectrogram.
 rule spectrogram:
     input:
         model=rules.dist.output.folder,

@@ -1,4 +1,4 @@
-# Tune: an optional MetaSchedule database per library (config tuning.enabled).
+# Tune: see kokoro_tvm.stages.tune.tune.
 
 
 rule tune:

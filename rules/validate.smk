@@ -1,5 +1,4 @@
-# Validate: every library against PyTorch's values for its bucket (saved by export), and at exact
-# length.
+# Validate: see kokoro_tvm.stages.validate.validate.
 
 
 rule validate:

@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""Real-time factor, first-audio latency and peak memory: TVM runtime vs PyTorch vs onnxruntime."""
-import argparse
+"""Command line of kokoro_tvm.measure.bench_e2e (its docstring is the --help)."""
 import json
 import sys
 from pathlib import Path
@@ -10,10 +9,11 @@ from kokoro_tvm.errors import run_script
 from kokoro_tvm.facts import DEFAULT_VOICE
 from kokoro_tvm.measure import bench_e2e
 from kokoro_tvm.runtime.model_folder import DEFAULT_TARGET
+from kokoro_tvm.script_args import stage_parser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = stage_parser(bench_e2e)
     parser.add_argument("--root", default=".", help="folder holding results/")
     parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--threads", type=int, default=2)

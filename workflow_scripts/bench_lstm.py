@@ -1,17 +1,16 @@
 #!/usr/bin/env python3
-"""Time every LSTM library of a target's manifest per method and bucket; write JSON and a PNG
-plot."""
-import argparse
+"""Command line of kokoro_tvm.measure.bench_lstm (its docstring is the --help)."""
 import json
 import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
-from kokoro_tvm.script_args import add_threads_argument, check_threads
+from kokoro_tvm.measure import bench_lstm
+from kokoro_tvm.script_args import add_threads_argument, check_threads, stage_parser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = stage_parser(bench_lstm)
     parser.add_argument("--manifest", required=True, help=paths.MANIFEST)
     parser.add_argument("--params", nargs="+", required=True,
                         help=f"{paths.PARAMS} of the LSTM components")
@@ -21,10 +20,8 @@ def main() -> None:
     parser.add_argument("--out-plot", required=True, help=paths.BENCH_LSTM_PLOT)
     args = parser.parse_args()
     check_threads(parser, args)
-    from kokoro_tvm.measure.bench_lstm import run
-
-    document = run(args.manifest, args.params, args.threads, args.out_json, args.out_plot,
-                   args.repeats)
+    document = bench_lstm.run(args.manifest, args.params, args.threads, args.out_json,
+                              args.out_plot, args.repeats)
     print(json.dumps(document, indent=1))
 
 

@@ -1,16 +1,15 @@
 #!/usr/bin/env python3
-"""The speech server under load: TVM and PyTorch engines, 1-4 clients, and a soak."""
-import argparse
+"""Command line of kokoro_tvm.measure.bench_serve (its docstring is the --help)."""
 import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.measure import bench_serve
+from kokoro_tvm.script_args import stage_parser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=bench_serve.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = stage_parser(bench_serve)
     parser.add_argument("--model", required=True, help="a model folder (results/dist/TARGET)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--engines", default=",".join(bench_serve.ENGINES),

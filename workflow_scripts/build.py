@@ -1,19 +1,18 @@
 #!/usr/bin/env python3
-"""Build a lowered module into a code-only shared library plus its .meta.json."""
-import argparse
+"""Command line of kokoro_tvm.stages.build.build (its docstring is the --help)."""
 import json
 import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.facts import COMPONENT_NAMES
-from kokoro_tvm.script_args import add_lstm_argument, add_target_options_argument
+from kokoro_tvm.script_args import add_lstm_argument, add_target_options_argument, stage_parser
 from kokoro_tvm.stages.build import build
 from kokoro_tvm.stages.common import without_torch
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = stage_parser(build)
     parser.add_argument("--lowered", required=True, help=paths.LOWERED)
     parser.add_argument("--params", required=True,
                         help=f"{paths.PARAMS} (hashed into the metadata)")

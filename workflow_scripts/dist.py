@@ -1,16 +1,15 @@
 #!/usr/bin/env python3
-"""Write results/dist/{target}/: a target's validated libraries, their weights, the model config
-and the voices, with a manifest relative to the folder, ready to copy anywhere."""
-import argparse
+"""Command line of kokoro_tvm.stages.dist.write_dist (its docstring is the --help)."""
 import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.script_args import stage_parser
 from kokoro_tvm.stages.dist import write_dist
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = stage_parser(write_dist)
     parser.add_argument("--manifest", required=True, help=paths.MANIFEST)
     parser.add_argument("--model-config", required=True, help=paths.ASSET_CONFIG)
     parser.add_argument("--voices", nargs="+", required=True, help=paths.ASSET_VOICE)

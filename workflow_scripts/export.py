@@ -1,19 +1,17 @@
 #!/usr/bin/env python3
-"""Export one Kokoro component at one static bucket with torch.export (.pt2, one program per
-function), and save what PyTorch computes on the bucket's example inputs (.reference.npz)."""
-import argparse
+"""Command line of kokoro_tvm.stages.export.export (its docstring is the --help)."""
 import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.facts import COMPONENT_NAMES
-from kokoro_tvm.script_args import add_model_arguments
+from kokoro_tvm.script_args import add_model_arguments, stage_parser
 from kokoro_tvm.stages.common import keep_freed_memory
 from kokoro_tvm.stages.export import export
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = stage_parser(export)
     add_model_arguments(parser)
     parser.add_argument("--component", required=True, choices=COMPONENT_NAMES)
     parser.add_argument("--bucket", required=True, type=int)

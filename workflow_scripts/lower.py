@@ -1,18 +1,17 @@
 #!/usr/bin/env python3
-"""Apply a target's Relax pipeline to an imported module, stopping before code generation."""
-import argparse
+"""Command line of kokoro_tvm.stages.lower.lower (its docstring is the --help)."""
 import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.compile.devices import PRECISIONS
 from kokoro_tvm.errors import run_script
-from kokoro_tvm.script_args import add_target_options_argument
+from kokoro_tvm.script_args import add_target_options_argument, stage_parser
 from kokoro_tvm.stages.common import without_torch
 from kokoro_tvm.stages.lower import lower
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = stage_parser(lower)
     parser.add_argument("--relax", required=True, help=paths.RELAX)
     add_target_options_argument(parser)
     parser.add_argument("--out", required=True, help=paths.LOWERED)

@@ -1,16 +1,15 @@
 #!/usr/bin/env python3
-"""List every library of one target, with its metadata, in the target's manifest
-(results/manifest/{target}.json)."""
-import argparse
+"""Command line of kokoro_tvm.stages.manifest.manifest (its docstring is the --help)."""
 import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
+from kokoro_tvm.script_args import stage_parser
 from kokoro_tvm.stages.manifest import manifest
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = stage_parser(manifest)
     parser.add_argument("--target", required=True)
     parser.add_argument("--metas", nargs="+", required=True, help="the libraries' .meta.json files")
     parser.add_argument("--validations", nargs="+", required=True,

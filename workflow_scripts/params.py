@@ -1,18 +1,16 @@
 #!/usr/bin/env python3
-"""Write one component's weights (.npz, named as its libraries' inputs), shared by all its
-buckets."""
-import argparse
+"""Command line of kokoro_tvm.stages.params.write_params (its docstring is the --help)."""
 import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.facts import COMPONENT_NAMES
-from kokoro_tvm.script_args import add_model_arguments
+from kokoro_tvm.script_args import add_model_arguments, stage_parser
 from kokoro_tvm.stages.params import write_params
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = stage_parser(write_params)
     add_model_arguments(parser)
     parser.add_argument("--component", required=True, choices=COMPONENT_NAMES)
     parser.add_argument("--out", required=True, help=paths.PARAMS)

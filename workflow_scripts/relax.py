@@ -1,17 +1,16 @@
 #!/usr/bin/env python3
-"""Import an exported component into TVM Relax (weights stay inputs), lowering LSTMs by --lstm."""
-import argparse
+"""Command line of kokoro_tvm.stages.relax.relax (its docstring is the --help)."""
 import json
 import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
-from kokoro_tvm.script_args import add_lstm_argument
+from kokoro_tvm.script_args import add_lstm_argument, stage_parser
 from kokoro_tvm.stages.relax import relax
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = stage_parser(relax)
     parser.add_argument("--exported", required=True, help=paths.EXPORT)
     add_lstm_argument(parser)
     parser.add_argument("--out", required=True, help=paths.RELAX)

@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
-"""A sentence spoken by a target's libraries and by PyTorch (same noise): spectrograms as PNG."""
-import argparse
+"""Command line of kokoro_tvm.measure.spectrogram (its docstring is the --help)."""
 import json
 import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.facts import DEFAULT_VOICE
+from kokoro_tvm.measure import spectrogram
 from kokoro_tvm.runtime.model_folder import DEFAULT_TARGET
+from kokoro_tvm.script_args import stage_parser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = stage_parser(spectrogram)
     parser.add_argument("--root", default=".", help="folder holding results/")
     parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--sentence", required=True)
@@ -19,10 +20,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help=paths.REPORT_SPECTROGRAM)
     args = parser.parse_args()
-    from kokoro_tvm.measure.spectrogram import spectrogram_comparison
-
-    figures = spectrogram_comparison(args.root, args.target, args.sentence, args.voice, args.out,
-                                     args.seed)
+    figures = spectrogram.spectrogram_comparison(args.root, args.target, args.sentence,
+                                                 args.voice, args.out, args.seed)
     print(json.dumps(figures))
 
 

@@ -1,18 +1,17 @@
 #!/usr/bin/env python3
-"""Tune one library's kernels with MetaSchedule into a database folder (optional stage)."""
-import argparse
+"""Command line of kokoro_tvm.stages.tune.tune (its docstring is the --help)."""
 import json
 import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
-from kokoro_tvm.script_args import add_target_options_argument
+from kokoro_tvm.script_args import add_target_options_argument, stage_parser
 from kokoro_tvm.stages.common import without_torch
 from kokoro_tvm.stages.tune import tune
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = stage_parser(tune)
     parser.add_argument("--relax", required=True,
                         help=paths.RELAX)
     add_target_options_argument(parser)

@@ -1,20 +1,19 @@
 #!/usr/bin/env python3
-"""Check a built library against PyTorch's values for its bucket; exit 1 if it fails."""
-import argparse
+"""Command line of kokoro_tvm.stages.validate.validate (its docstring is the --help)."""
 import json
 import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.facts import COMPONENT_NAMES
-from kokoro_tvm.script_args import add_lstm_argument, add_target_options_argument
+from kokoro_tvm.script_args import add_lstm_argument, add_target_options_argument, stage_parser
 from kokoro_tvm.stages.common import without_torch
 from kokoro_tvm.stages.validate import validate
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, epilog="TVM's threads come from TVM_NUM_THREADS (all cores unset).")
+    parser = stage_parser(validate)
+    parser.epilog = "TVM's threads come from TVM_NUM_THREADS (all cores unset)."
     parser.add_argument("--component", required=True, choices=COMPONENT_NAMES)
     add_lstm_argument(parser)
     parser.add_argument("--bucket", required=True, type=int)

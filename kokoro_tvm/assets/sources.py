@@ -74,7 +74,8 @@ SOURCE_OPTIONS = {"int8-onnx": ("onnx",), "hf": ("hf_repo",),
 def write_weights(settings: dict[str, Any], out_checkpoint: str | Path, out_config: str | Path,
                   out_provenance: str | Path,
                   onnx_path: str | Path | None = None) -> dict[str, Any]:
-    """Writes the checkpoint, config.json and provenance JSON for ``settings['source']``."""
+    """Kokoro's checkpoint, config.json and a provenance record, from the weight source
+    ``settings['source']`` (config.yaml's ``weights``)."""
     config, checkpoint, provenance = SOURCES[settings["source"]](settings, onnx_path)
     # Prove the checkpoint loads before anything is written.
     build_kmodel(config).load_state_dict(

@@ -167,8 +167,9 @@ def write_voices(voices: dict[str, np.ndarray], out_dir: str | Path) -> dict[str
 
 def voice_assets(settings: dict[str, Any], hf_repo: str, out_dir: str | Path,
                  out_provenance: str | Path) -> dict[str, Any]:
-    """results/assets/voices/: each voice as {name}.npy and a provenance record with their
-    sha256."""
+    """The voice packs in results/assets/voices/, each as {name}.npy ([510, 1, 256] float32),
+    and a provenance record with their sha256, from the source config.yaml's ``voices``
+    names."""
     voices, provenance = read_voices(settings, hf_repo)
     provenance["files_sha256"] = write_voices(voices, Path(out_dir))
     write_json(out_provenance, provenance)

@@ -15,7 +15,14 @@ that thread count and each library's share of them: the best GFLOP/s PyTorch's B
 a large square matmul (``practical_peak_gflops``), and the FMA units' ceiling
 (``fma_peak_gflops``, ``measure.peak``; CPU targets only). The FLOPs are the direct algorithm's
 for both engines, so a library that needs fewer (the decoder's Winograd convolutions) shows
-its speed as an equivalent rate, which may exceed the FMA ceiling.
+its speed as an equivalent rate, which may exceed the FMA ceiling. Output: a JSON document
+and a PNG plot of the time ratios. For example:
+
+    TVM_NUM_THREADS=2 python workflow_scripts/bench_components.py --threads 2 \\
+        --manifest results/manifest/llvm.json --checkpoint results/assets/kokoro-82m.pth \\
+        --model-config results/assets/config.json --params results/params/*.npz \\
+        --token-lengths 32 64 512 --frame-lengths 32 240 2048 \\
+        --out-json results/bench/components/llvm.json --out-plot results/bench/components/llvm.png
 """
 from __future__ import annotations
 

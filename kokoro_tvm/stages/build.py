@@ -1,4 +1,3 @@
-"""Build: code generation and linking into a code-only library, with its metadata."""
 from __future__ import annotations
 
 from importlib.metadata import version
@@ -18,7 +17,8 @@ def _module_figure(mod, name: str):
 def build(lowered_json: PathLike, params: PathLike, target_name: str,
           target_options: dict[str, Any], dims: dict[str, Any], out_so: PathLike,
           out_meta: PathLike) -> dict[str, Any]:
-    """results/lib/{target}/...: the code-only library and its .meta.json."""
+    """A lowered module generated and linked into a code-only library
+    (results/lib/{target}/...), with its .meta.json."""
     from kokoro_tvm.compile.build import build_library
     from kokoro_tvm.compile.devices import architecture, cross_compiler, device_kind
     from kokoro_tvm.compile.targets import cpu_of, make_target

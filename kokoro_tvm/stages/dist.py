@@ -1,5 +1,3 @@
-"""Dist: a target's validated libraries and everything the runtime reads, in one folder that can
-be copied anywhere (a model folder; layout in kokoro_tvm/paths.py, MODEL_*)."""
 from __future__ import annotations
 
 import json
@@ -55,11 +53,13 @@ def model_manifest(target: str, architecture: str, cpu: dict[str, Any],
 
 def write_dist(manifest: PathLike, model_config: PathLike, voices: list[PathLike],
                out: PathLike) -> dict[str, Any]:
-    """results/dist/{target}/: the target's validated libraries, their params, the model config
+    """The model folder a user ships, results/dist/{target}/, which the runtime alone reads
+    wherever it is copied: the target's validated libraries, their params, the model config
     (with the phoneme vocabulary) and the voices, with a manifest of paths relative to the
-    folder and each file's sha256. Libraries not validated here (another device or
-    architecture) are left out and listed with the reason. Written beside ``out`` and renamed
-    into place, so an interrupted run leaves the previous folder or none."""
+    folder and each file's sha256 (the layout: kokoro_tvm/paths.py, MODEL_*). Libraries not
+    validated here (another device or architecture) are left out and listed with the reason.
+    Written beside ``out`` and renamed into place, so an interrupted run leaves the previous
+    folder or none."""
     build = json.loads(Path(manifest).read_text())
     work = paths.work_folder(manifest)
     out = Path(out)

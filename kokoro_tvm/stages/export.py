@@ -1,5 +1,3 @@
-"""Export: one component traced by torch.export at one static bucket, and what PyTorch computes
-on the bucket's example inputs (every target's and LSTM method's validation reads it)."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +9,10 @@ from kokoro_tvm.stages.common import kmodel, save_programs
 
 def export(checkpoint: PathLike, model_config: PathLike, component: str, bucket: int,
            out: PathLike, out_reference: PathLike, seed: int = 0) -> None:
-    """results/export/{component}/b{bucket}.pt2 and .reference.npz."""
+    """One component traced by torch.export at one static bucket
+    (results/export/{component}/b{bucket}.pt2, one program per function), and what PyTorch
+    computes on the bucket's example inputs (.reference.npz), which every target's and LSTM
+    method's validation reads."""
     from kokoro_tvm.model.components import (
         TORCH_COMPONENTS,
         export_component,

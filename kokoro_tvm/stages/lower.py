@@ -1,4 +1,3 @@
-"""Lower: the target's Relax pipeline, up to code generation."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,10 +9,10 @@ from kokoro_tvm.stages.common import load_ir
 
 def lower(relax_json: PathLike, target_options: dict[str, Any], out: PathLike,
           tuning_db: PathLike | None = None, precision: str = "float32") -> None:
-    """results/lowered/{target}/...: the target's Relax pipeline applied, before codegen;
-    with a tuning database (``tune``), its schedules where it has them; with ``precision``
-    int8 (``devices.library_precision``), the generator's convolutions quantized
-    (compile/quantize.py)."""
+    """The target's Relax pipeline applied to an imported module, stopping before code
+    generation (results/lowered/{target}/...); with a tuning database (``tune``), its
+    schedules where it has them; with ``precision`` int8 (``devices.library_precision``), the
+    generator's convolutions quantized (compile/quantize.py)."""
     import tvm
 
     from kokoro_tvm.compile.lower import lower as lower_module

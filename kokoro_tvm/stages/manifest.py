@@ -1,4 +1,3 @@
-"""Manifest: every library of a target with its metadata and validation status."""
 from __future__ import annotations
 
 import json
@@ -11,8 +10,9 @@ from kokoro_tvm.paths import PathLike
 
 def manifest(metas: list[PathLike], validations: list[PathLike], target: str,
              out: PathLike) -> dict[str, Any]:
-    """results/manifest/{target}.json: every library of the target with its metadata; those
-    whose validation was skipped (no device here) have ``validated: false``."""
+    """Every library of a target with its metadata and validation status
+    (results/manifest/{target}.json); those whose validation was skipped (no device here) have
+    ``validated: false``."""
     entries = []
     for meta_path, validation_path in zip(metas, validations, strict=True):  # same order
         meta = json.loads(Path(meta_path).read_text())

@@ -1,4 +1,3 @@
-"""Params: a component's weights, once for all its buckets and LSTM methods."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +9,8 @@ from kokoro_tvm.stages.common import kmodel
 
 def write_params(checkpoint: PathLike, model_config: PathLike, component: str,
                  out: PathLike) -> None:
-    """results/params/{component}.npz: the component's weights under their Relax input names."""
+    """A component's weights under their Relax input names (results/params/{component}.npz),
+    once for all its buckets and LSTM methods."""
     from kokoro_tvm.model.components import component_params
 
     arrays = component_params(kmodel(checkpoint, model_config), component)

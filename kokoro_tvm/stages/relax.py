@@ -1,4 +1,3 @@
-"""Relax: an exported component imported into TVM Relax, with one LSTM lowering method."""
 from __future__ import annotations
 
 import time
@@ -15,7 +14,10 @@ class RelaxImportFailed(UserError):
 
 
 def relax(exported: PathLike, lstm: str, out: PathLike) -> dict[str, Any]:
-    """results/relax/{component}/{lstm}/b{bucket}.json; import figures kept as module attrs."""
+    """An exported component imported into TVM Relax, its LSTMs lowered by ``lstm``
+    (results/relax/{component}/{lstm}/b{bucket}.json); the weights stay inputs (the params
+    stage writes them once per component), and the import's figures are kept as module
+    attributes."""
     import tvm
 
     from kokoro_tvm.compile.relax import import_programs, ir_lines

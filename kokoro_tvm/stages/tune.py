@@ -1,4 +1,3 @@
-"""Tune (optional): a MetaSchedule database for one library's kernels."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,8 +10,9 @@ from kokoro_tvm.stages.common import load_ir
 
 def tune(relax_json: PathLike, target_options: dict[str, Any], max_trials: int,
          trials_per_task: int, out_dir: PathLike, threads: int = 1) -> dict[str, Any]:
-    """results/tune/{target}/...: a MetaSchedule database for one library's kernels, written
-    to a scratch folder and moved into place when complete (with its figures as JSON)."""
+    """The optional tuning stage (config.yaml's tuning.enabled): a MetaSchedule database for
+    one library's kernels (results/tune/{target}/...), written to a scratch folder and moved
+    into place when complete, with its figures as JSON."""
     import shutil
 
     from kokoro_tvm.compile.targets import make_target

@@ -1,5 +1,3 @@
-"""Validate: a library against PyTorch's values for its bucket; reports why when this machine
-cannot run it."""
 from __future__ import annotations
 
 import json
@@ -12,8 +10,9 @@ from kokoro_tvm.paths import PathLike
 def validate(component: str, lstm: str, bucket: int, library: PathLike, params: PathLike,
              reference: PathLike, out: PathLike, target_options: dict[str, Any]
              ) -> dict[str, Any]:
-    """results/validate/...: the library against the PyTorch values the export stage saved for
-    its bucket (``reference``); fails if not passed.
+    """A library against the PyTorch values the export stage saved for its bucket
+    (``reference``), and at exact length (measure/validate.py), reported in
+    results/validate/...; fails if not passed.
 
     A library this machine cannot run (CUDA without a GPU, another CPU architecture, an
     ``mcpu`` with instruction-set extensions this CPU lacks) gets a report with ``status:
