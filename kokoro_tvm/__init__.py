@@ -2,7 +2,7 @@
 
 ``from kokoro_tvm import Kokoro`` is the runtime's API (runtime/kokoro.py), imported on first
 use: the build side imports this package too, and neither its processes nor its derived code
-inputs (rules/common.smk) should take in the runtime.
+inputs (stages/code_inputs.py) should take in the runtime.
 """
 import importlib
 

@@ -3,7 +3,7 @@
 The method is a dimension of every LSTM artifact (``results/relax/{component}/{lstm}/...``), so
 each method is one entry here: a step that rewrites the ExportedProgram before TVM's importer
 runs, plus the converters it needs. Components without an LSTM use ``none``, which lives in the
-importer: this module is what only LSTM artifacts depend on (rules/common.smk).
+importer: this module is what only LSTM artifacts depend on (stages/code_inputs.LSTM_ONLY).
 
 Kokoro's LSTMs reach the importer as one ``kokoro_tvm::packed_lstm`` node each (the op of
 kokoro_tvm/model/packed_lstm.py: bidirectional, batch first, per-sequence lengths, nn.LSTM's packed
