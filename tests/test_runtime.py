@@ -174,3 +174,13 @@ def test_bench_folders_compares_a_folder_with_its_baseline(built, tmp_path):
     assert same["frames_computed_vs_baseline"] == 1
     assert same["padding_share"] == pytest.approx(
         1 - same["frames_asked"] / same["frames_computed"])
+
+
+def test_the_naive_allocator_gives_the_same_audio(built):
+    """allocator="naive" (a server's: each call frees its activations) computes what the
+    pooled allocator does, call after call."""
+    voice = af_heart(built, IDS)
+    pooled = TvmEngine(model_folder(built)).synthesize(IDS, voice, SPEED, 3)
+    naive = TvmEngine(model_folder(built), allocator="naive")
+    for _ in range(2):
+        np.testing.assert_array_equal(naive.synthesize(IDS, voice, SPEED, 3), pooled)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -16,10 +17,10 @@ import httpx
 import numpy as np
 import pytest
 import soundfile
-from conftest import model_folder
+from conftest import REPO, model_folder
 from test_serve_parts import decode
 
-from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.facts import SAMPLE_RATE, SAMPLES_PER_FRAME
 from kokoro_tvm.measure.bench_serve import Server
 from kokoro_tvm.runtime.audio_file import pcm16
 from kokoro_tvm.runtime.kokoro import Kokoro
@@ -50,9 +51,11 @@ def server(folder, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def guarded(folder, tmp_path_factory):
-    """A server with an API key and room for one request at a time."""
+    """A server with an API key, room for one request at a time, and chunks of at most 64
+    frames (real_small.yaml's smallest frame bucket)."""
     log = tmp_path_factory.mktemp("serve") / "guarded.log"
-    with Server(folder, log, "--api-key", API_KEY, "--max-queue", "1") as running:
+    with Server(folder, log, "--api-key", API_KEY, "--max-queue", "1",
+                "--max-chunk-seconds", str(64 * SAMPLES_PER_FRAME / SAMPLE_RATE)) as running:
         yield running.url
 
 
@@ -331,3 +334,77 @@ def test_api_key_and_a_full_queue(guarded):
     assert httpx.post(f"{guarded}/v1/audio/speech", headers=headers, timeout=60,
                       json=speech()).status_code == 200
 
+
+
+def captioned_words(timestamps: list[dict]) -> list[tuple[str, float, float]]:
+    return [(t["word"], t["start_time"], t["end_time"]) for t in timestamps]
+
+
+def test_captioned_speech_whole_and_streamed(server, tts):
+    """/dev/captioned_speech (Kokoro-FastAPI's shape): one JSON body with the audio and every
+    word's times, which are ``Kokoro.create``'s; streamed, one JSON line a chunk, whose audio
+    joins into the plain stream's and whose words join into the same list."""
+    body = {"model": "kokoro", "input": PARAGRAPH, "voice": "am_adam",
+            "response_format": "wav", "seed": 5}
+    whole = httpx.post(f"{server}/dev/captioned_speech", timeout=120,
+                       json={**body, "stream": False})
+    assert whole.status_code == 200, whole.text
+    reply = whole.json()
+    assert reply["audio_format"] == "audio/wav"
+    samples, _, words = tts.create(PARAGRAPH, voice="am_adam", seed=5, timestamps=True)
+    assert np.array_equal(pcm_of(base64.b64decode(reply["audio"]), "wav"), pcm16(samples))
+    expected = [(w.text, round(w.start, 3), round(w.end, 3)) for w in words]
+    assert captioned_words(reply["timestamps"]) == expected
+
+    lines = []
+    with httpx.stream("POST", f"{server}/dev/captioned_speech", timeout=120,
+                      json={**body, "response_format": "pcm"}) as response:
+        assert response.headers["content-type"].startswith("application/x-ndjson")
+        lines = [json.loads(line) for line in response.iter_lines() if line]
+    assert len(lines) > 1
+    audio = b"".join(base64.b64decode(line["audio"]) for line in lines)
+    plain = httpx.post(f"{server}/v1/audio/speech", timeout=120,
+                       json={**body, "response_format": "pcm"}).content
+    assert audio == plain
+    streamed = [w for line in lines for w in captioned_words(line["timestamps"])]
+    assert [w[0] for w in streamed] == [w[0] for w in expected]
+    starts = [w[1] for w in streamed]
+    assert starts == sorted(starts) and streamed[-1][2] <= len(plain) / 2 / SAMPLE_RATE
+
+
+def test_a_long_text_comes_back_whole(server):
+    """A text of over two thousand words (examples/long_text.txt, under the test server's
+    --max-chars) is spoken whole: every word of it is timed, in order, and the audio lasts
+    to the last word's end (at speed 2, to take half the decoding)."""
+    text = (REPO / "examples" / "long_text.txt").read_text()
+    assert len(text.split()) > 2000
+    response = httpx.post(f"{server}/dev/captioned_speech", timeout=900, json={
+        "model": "kokoro", "input": text, "voice": "af_heart", "response_format": "pcm",
+        "speed": 2.0, "stream": False})
+    assert response.status_code == 200, response.text
+    reply = response.json()
+    seconds = len(base64.b64decode(reply["audio"])) / 2 / SAMPLE_RATE
+
+    def letters(words) -> str:
+        return re.sub(r"[^0-9a-z]", "", "".join(words).lower())
+
+    timed = captioned_words(reply["timestamps"])
+    assert letters(w[0] for w in timed) == letters(text.split())
+    assert [w[1] for w in timed] == sorted(w[1] for w in timed)
+    assert timed[-1][2] <= seconds < timed[-1][2] + 1.0
+
+
+def test_max_chunk_seconds_splits_long_sentences(guarded):
+    """--max-chunk-seconds 1.6: every chunk of a long sentence is at most 64 frames, the
+    sentence cut at clause or word boundaries, every word still spoken."""
+    sentence = ("When the last train had left and the platform lights were dimmed one by one, "
+                "the station master walked slowly along the tracks, listening for anything.")
+    with httpx.stream("POST", f"{guarded}/dev/captioned_speech", timeout=120,
+                      headers={"Authorization": f"Bearer {API_KEY}"},
+                      json=speech(input=sentence, response_format="pcm")) as response:
+        assert response.status_code == 200
+        lines = [json.loads(line) for line in response.iter_lines() if line]
+    sizes = [len(base64.b64decode(line["audio"])) // 2 for line in lines]
+    assert len(sizes) > 2 and max(sizes) <= 64 * SAMPLES_PER_FRAME
+    words = [t["word"] for line in lines for t in line["timestamps"]]
+    assert re.findall(r"[\w']+", " ".join(words)) == re.findall(r"[\w']+", sentence)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from kokoro_tvm import paths
+from kokoro_tvm.components import COMPONENTS
 from kokoro_tvm.facts import (
     COMPONENT_NAMES,
     F0_PER_FRAME,
@@ -46,6 +47,7 @@ class Buckets:
     entries: dict[int, dict[str, Any]]
     folder: ModelFolder
     weights: Weights
+    allocator: str = "pooled"
     loaded: dict[int, Library] = field(default_factory=dict)
 
     def fit(self, size: int) -> int:
@@ -63,7 +65,7 @@ class Buckets:
         if bucket not in self.loaded:
             entry = self.entries[bucket]
             self.loaded[bucket] = Library(self.folder.file(entry["library"]), self.weights,
-                                          entry["transforms"])
+                                          entry["transforms"], self.allocator)
         return self.loaded[bucket]
 
     def run(self, bucket: int, function: str, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -81,9 +83,12 @@ def _device(folder: ModelFolder, kernels: Sequence[Path]):
     return cuda.device(kind, kernels)
 
 
-def load_components(folder: ModelFolder, lstm: str | None,
-                    kernels: Sequence[Path] = ()) -> dict[str, Buckets]:
-    """Each component's buckets, with the LSTM lowering ``lstm`` where built, else the fastest."""
+def load_components(folder: ModelFolder, lstm: str | None, kernels: Sequence[Path] = (),
+                    allocator: str = "pooled", max_frames: int | None = None
+                    ) -> dict[str, Buckets]:
+    """Each component's buckets, with the LSTM lowering ``lstm`` where built, else the fastest;
+    of the components whose buckets count frames, only those up to ``max_frames`` (and at least
+    the smallest) where given."""
     if not folder.libraries:
         left_out = folder.manifest["left_out"]
         raise ModelFolderError(
@@ -108,8 +113,12 @@ def load_components(folder: ModelFolder, lstm: str | None,
             (m for m in (*LSTM_METHOD_NAMES, paths.WITHOUT_LSTM) if m in methods),
             sorted(methods)[0])
         chosen = methods[choice]
+        if max_frames is not None and COMPONENTS[component].axis == "frames":
+            chosen = {bucket: entry for bucket, entry in chosen.items()
+                      if bucket <= max(max_frames, min(chosen))}
         params = folder.file(next(iter(chosen.values()))["params"])
-        components[component] = Buckets(component, chosen, folder, Weights(params, device))
+        components[component] = Buckets(component, chosen, folder, Weights(params, device),
+                                         allocator)
     return components
 
 
@@ -174,13 +183,19 @@ class TvmEngine:
 
     ``noise`` draws SineGen's randomness for the valid frames (padding gets zeros); the default
     needs only numpy, ``TorchEngine.noise`` (model/reference.py) reproduces PyTorch's draws for
-    comparisons.
+    comparisons. ``allocator`` is TVM's for the libraries' calls: "pooled" keeps every bucket's
+    activations once it has run (the fastest for one utterance at a time), "naive" frees them
+    after each call, so that a process that runs every bucket (a server) holds the largest
+    call's activations, not the sum of all (docs/serving.md, Memory). ``max_frames`` leaves
+    out the frame buckets above it: longer chunks are split (speech.py halves them at a clause
+    or word boundary), which bounds each call's time and memory.
     """
 
     def __init__(self, folder: ModelFolder | str | Path, *, lstm: str | None = None,
-                 noise: Noise = numpy_noise, kernels: Sequence[Path] = ()):
+                 noise: Noise = numpy_noise, kernels: Sequence[Path] = (),
+                 allocator: str = "pooled", max_frames: int | None = None):
         self.folder = folder if isinstance(folder, ModelFolder) else ModelFolder(folder)
-        self.components = load_components(self.folder, lstm, kernels)
+        self.components = load_components(self.folder, lstm, kernels, allocator, max_frames)
         self.noise = noise
         self._background = ThreadPoolExecutor(1)
         self.timings: dict[str, float] = {}

@@ -93,16 +93,18 @@ class Weights:
 class Library:
     """One built library (.so) and the weights its functions read; ``transforms`` maps its
     functions to their weight transforms' fingerprints (the build's metadata), so that a
-    transform another library of the component already ran is not run again."""
+    transform another library of the component already ran is not run again. Calls use TVM's
+    ``allocator``: "pooled" keeps each call's activations for the next call of this library,
+    "naive" frees them (see TvmEngine's ``allocator``)."""
 
     def __init__(self, so_path: str | os.PathLike, weights: Weights,
-                 transforms: Mapping[str, str] | None = None):
+                 transforms: Mapping[str, str] | None = None, allocator: str = "pooled"):
         self.path = Path(so_path)
         self.weights = weights
         self.transforms = dict(transforms or {})
         self.device = weights.device
         self.module = tvm.runtime.load_module(str(so_path))
-        self.vm = VirtualMachine(self.module, weights.device)
+        self.vm = VirtualMachine(self.module, weights.device, memory_cfg=allocator)
         self._prepared: dict[str, list] = {}
 
     def _weight(self, name: str):

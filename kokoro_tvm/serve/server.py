@@ -12,19 +12,22 @@ from kokoro_tvm.serve.app import Limits, create_app
 log = logging.getLogger("kokoro_tvm.serve")
 
 
-def ready_model(folder: ModelFolder, engine=None, lstm: str | None = None) -> Kokoro:
+def ready_model(folder: ModelFolder, engine=None, lstm: str | None = None,
+                max_frames: int | None = None) -> Kokoro:
     """``folder``'s model with every library loaded and its weights prepared, and the G2P of
     every language its voices speak that is installed, each used once: no request pays a first
-    use."""
+    use. The compiled engine (``engine`` None) decodes at most ``max_frames`` frames a call
+    (TvmEngine)."""
     spoken = {}
     for info in map(describe_voice, folder.voices):
         if info.language is not None and info.unavailable is None:
             spoken.setdefault(info.language, info.name)
-    tts = Kokoro(folder, engine=engine, lstm=lstm, languages=sorted(spoken))
-    if isinstance(tts.engine, TvmEngine):
-        tts.engine.load_all()
+    if engine is None:  # every bucket runs in a server: keep one call's activations at a time
+        engine = TvmEngine(folder, lstm=lstm, allocator="naive", max_frames=max_frames)
+        engine.load_all()
+    tts = Kokoro(folder, engine=engine, languages=sorted(spoken))
     english = next((spoken[lang] for lang in ("en-us", "en-gb") if lang in spoken), None)
-    if english is not None:  # the first call of each library allocates its memory pools
+    if english is not None:  # the first calls: page in code and tables before any request
         tts.create("Ready.", voice=english)
     return tts
 
