@@ -6,6 +6,7 @@ same request; bad input gets OpenAI's error shape and the server keeps serving.
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
 import re
@@ -59,9 +60,22 @@ def guarded(folder, tmp_path_factory):
         yield running.url
 
 
+class Reference:
+    """The `Kokoro` API on the server's folder, in this process: what the server must give.
+    Each answer is computed once (several formats compare with the same samples)."""
+
+    def __init__(self, folder: Path):
+        self.tts = Kokoro(folder)
+        self.stream = functools.cache(self._stream)
+        self.create = functools.cache(self.tts.create)
+
+    def _stream(self, text: str, voice: str) -> np.ndarray:
+        return np.concatenate([c.samples for c in self.tts.stream(text, voice=voice)])
+
+
 @pytest.fixture(scope="module")
-def tts(folder) -> Kokoro:
-    return Kokoro(folder)
+def tts(folder) -> Reference:
+    return Reference(folder)
 
 
 def openai_client(url: str, key: str = "unused"):
@@ -94,7 +108,7 @@ def test_openai_sdk_gets_every_format(server, tts, fmt):
             model="tts-1", voice="alloy", input=TEXT, response_format=fmt) as response:
         assert response.headers["content-type"] == FORMATS[fmt].media_type
         data = response.read()
-    expected = np.concatenate([c.samples for c in tts.stream(TEXT, voice="af_alloy")])
+    expected = tts.stream(TEXT, "af_alloy")
     if FORMATS[fmt].lossless:
         assert np.array_equal(pcm_of(data, fmt), pcm16(expected))
     else:  # opus decodes at 48 kHz

@@ -13,11 +13,13 @@ import pytest
 from conftest import BIN
 
 from kokoro_tvm.facts import SAMPLE_RATE
+from kokoro_tvm.runtime import g2p
 from kokoro_tvm.runtime.audio_file import pcm16
+from kokoro_tvm.runtime.kokoro import check_request
 from kokoro_tvm.runtime.speech import Chunk
 from kokoro_tvm.serve.encoders import FORMATS, Encoder
 from kokoro_tvm.serve.scheduler import DeadlineExceeded, QueueFull, Scheduler
-from kokoro_tvm.serve.speech_request import APIError, check_text, parse_json
+from kokoro_tvm.serve.speech_request import APIError, check_text, parse_json, speech_request
 
 
 def decode(data: bytes, fmt: str) -> tuple[np.ndarray, int]:
@@ -233,3 +235,31 @@ def test_serve_options_are_checked_before_the_model_loads(options, message):
                           text=True, timeout=120)
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
+
+
+class FolderOfVoices:
+    """A model folder as the request checks see it: its voices' names."""
+
+    voices = ["af_heart", "jf_alpha"]
+
+
+class SpeakerOfFolder:
+    folder = FolderOfVoices()
+
+    def check_request(self, text, voice, speed, lang, seed):
+        return check_request(self.folder, text, voice, speed, lang, seed)
+
+
+@pytest.mark.parametrize("fields, param", [
+    ({"voice": "xx_nobody"}, "voice"),
+    ({"voice": "af_heart:x"}, "voice"),
+    ({"voice": "jf_alpha"}, "voice"),  # its language is not installed
+    ({"voice": "af_heart", "lang": "ja"}, "lang"),
+])
+def test_a_request_error_names_the_field_at_fault(monkeypatch, fields, param):
+    monkeypatch.setattr(g2p, "unavailable_reason",
+                        lambda lang: "Japanese (ja) needs pyopenjtalk" if lang == "ja" else None)
+    body = {"model": "kokoro", "input": "Hello.", **fields}
+    with pytest.raises(APIError) as raised:
+        speech_request(body, SpeakerOfFolder(), max_chars=100)
+    assert raised.value.status == 400 and raised.value.param == param

@@ -14,6 +14,7 @@ from typing import Any
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.runtime import g2p
 from kokoro_tvm.runtime.kokoro import SPEED_RANGE, Kokoro
+from kokoro_tvm.runtime.voices import check_voice
 from kokoro_tvm.serve.encoders import FORMATS
 
 # Model names a client may send: Kokoro's, and OpenAI's two speech models (so that a client
@@ -190,7 +191,11 @@ def speech_request(body: dict[str, Any], tts: Kokoro, max_chars: int,
         raise APIError(400, "'stream_format' sse streams by definition: drop 'stream': false",
                        param="stream")
     try:
-        speed, lang = tts.check_request(text, voice, speed, lang, seed)
-    except UserError as err:  # an unknown voice, a bad blend, a language not installed
+        check_voice(voice, tts.folder)
+    except UserError as err:  # an unknown voice, a bad blend
         raise APIError(400, str(err), param="voice") from None
+    try:
+        speed, lang = tts.check_request(text, voice, speed, lang, seed)
+    except UserError as err:  # the language asked for, or else the voice's, is not installed
+        raise APIError(400, str(err), param="voice" if lang is None else "lang") from None
     return SpeechRequest(text, voice, response_format, speed, lang, seed, stream_format, stream)
