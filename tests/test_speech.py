@@ -390,6 +390,25 @@ def test_pacing_decodes_less_when_less_audio_is_left_to_play(margin):
     assert _pacing_at(0.3).next_cut(engine, gaps, 0, 120) == (48, 3)
 
 
+def test_a_shared_engine_plans_as_a_slower_one():
+    """With a quarter of the engine (four streams taking turns), a decode ends four times later:
+    the 2 s left that alone plan the 192-frame window (above) plan as 0.5 s would alone, and
+    where alone the whole fits (3 s left), shared the 128-frame window still cannot save the
+    wait, each window decoding slower than it plays: the whole, with no extra work."""
+    engine = LeadingEngine(10_000, buckets=(64, 128, 192, 256, 384))
+    gaps = [(16 * words, words) for words in range(1, 21)]
+
+    def cut(buffered: float, share: float, seconds_per_frame: float = 0.005):
+        pacing = _pacing_at(buffered, seconds_per_frame)
+        pacing.engine_share = lambda: share
+        return pacing.next_cut(engine, gaps, 48, 330)
+
+    assert cut(2.0, 1 / 4, seconds_per_frame=0.00125) == cut(2.0, 1.0)
+    assert cut(3.0, 1.0) is None and cut(3.0, 1 / 4) is None
+    assert cut(1.0, 1.0) == (112, 7)
+    assert cut(1.0, 1 / 4) is None
+
+
 def test_pacing_estimates_from_the_streams_own_decodes_slower_at_once_faster_halfway():
     engine = ClockedEngine(seconds_per_frame=0.004, buckets=(64, 128))
     pacing = Pacing(clock=engine.clock)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -132,15 +132,18 @@ class Kokoro:
 
     def stream(self, text: str, voice: str = DEFAULT_VOICE, speed: float = 1.0,
                lang: str | None = None, *, seed: int = 0, per_sentence: bool = True,
-               progress=None) -> Iterator[Chunk]:
+               progress=None, engine_share: Callable[[], float] = lambda: 1.0
+               ) -> Iterator[Chunk]:
         """Chunks as each is synthesized (one per sentence by default, the first sentence's
         first words first: speech.LEAD_FRAMES), each with its text, start time and words
         (speech.Word: text, start and end seconds) in the whole audio. ``lang`` defaults to
-        the voice's language (its first letter, as in Kokoro: g2p.LANGUAGE_TABLE)."""
+        the voice's language (its first letter, as in Kokoro: g2p.LANGUAGE_TABLE). A server
+        whose requests take turns on the engine tells each stream its share (``engine_share``,
+        1/N for N requests: speech.Pacing)."""
         speed, lang = self.check_request(text, voice, speed, lang, seed)
         yield from speak_chunks(self.engine, text, voice, speaker=self.folder, lang=lang,
                                 speed=speed, seed=seed, per_sentence=per_sentence,
-                                progress=progress)
+                                progress=progress, engine_share=engine_share)
 
     def create(self, text: str, voice: str = DEFAULT_VOICE, speed: float = 1.0,
                lang: str | None = None, *, seed: int = 0, timestamps: bool = False

@@ -199,10 +199,15 @@ def lead_cut(durations: np.ndarray, ids: list[int], space: int) -> tuple[int, in
 class Pacing:
     """A stream against the wall clock (``clock``, in seconds): the audio a player that starts
     at the first chunk has left to play, how fast this engine decodes (measured on the stream's
-    own decodes), and from these where each decode of a piece ends (``next_cut``)."""
+    own decodes), and from these where each decode of a piece ends (``next_cut``).
+    ``engine_share`` tells the share of the engine's time the stream gets now (1 alone, 1/N
+    where N requests take turns): a decode then ends that much later in wall time, so shared
+    streams plan fewer windows, whose prefix decodes would only add work to a busy engine."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+    def __init__(self, clock: Callable[[], float] = time.perf_counter,
+                 engine_share: Callable[[], float] = lambda: 1.0):
         self.clock = clock
+        self.engine_share = engine_share
         self.played_until: float | None = None  # when the player runs out of audio
         self.seconds_per_frame = 0.0  # per frame the decoder computes, bucket padding included
 
@@ -258,13 +263,15 @@ class Pacing:
             windows = [windows[len(windows) - 1 - int(i * step)]
                        for i in reversed(range(PLAN_CANDIDATES))]
 
+        seconds_per_frame = self.seconds_per_frame / self.engine_share()
+
         def outcome(plan: tuple[tuple[int, tuple[int, int]], ...]) -> tuple[float, float]:
             """The plan's longest wait (to the millisecond) and its decoding seconds; infinite
             for a plan with a window that takes longer to decode than to play (on a machine too
             busy to keep up, windows would only add decoding)."""
             left, worst, decoding, spoken = buffered, 0.0, 0.0, cut
             for computed, frame in [(c, gap[0]) for c, gap in plan] + [(whole, total)]:
-                seconds = PACING_MARGIN * self.seconds_per_frame * computed
+                seconds = PACING_MARGIN * seconds_per_frame * computed
                 if frame < total and seconds >= (frame - spoken) * FRAME_SECONDS:
                     return math.inf, math.inf
                 worst = max(worst, seconds - left)
@@ -368,7 +375,8 @@ def speak_chunks(engine: Engine, text: str, voice: str, *, speaker: Speaker,
                  lang: str | None = None, speed: float = 1.0, seed: int = 0,
                  per_sentence: bool = False,
                  progress: Callable[[int, int], None] | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> Iterator[Chunk]:
+                 clock: Callable[[], float] = time.perf_counter,
+                 engine_share: Callable[[], float] = lambda: 1.0) -> Iterator[Chunk]:
     """Audio per chunk as each finishes, edges faded so that chunks join without clicks.
 
     ``voice`` is a name or blend from ``speaker``'s voices; ``lang`` defaults to the voice's
@@ -377,15 +385,16 @@ def speak_chunks(engine: Engine, text: str, voice: str, *, speaker: Speaker,
     engine that can (LeadingEngine) speaks the first piece's first words as a lead, and every
     piece in prefix decodes while the audio already yielded would run out before its whole
     decode finished (Pacing, timed by ``clock``: a player is taken to start when the first chunk
-    is yielded). Each chunk carries the words whose phonemes start in it, timed in the whole
-    audio (Chunk.words). ``progress(done, total)`` is told the sentences spoken so far after
-    each piece of the text (before any halving), so a long text can show how far it has got."""
+    is yielded; ``engine_share``: the share of the engine this stream gets). Each chunk carries
+    the words whose phonemes start in it, timed in the whole audio (Chunk.words).
+    ``progress(done, total)`` is told the sentences spoken so far after each piece of the text
+    (before any halving), so a long text can show how far it has got."""
     if not text.strip():
         raise SpeechError("the text is empty: give some words to speak")
     lang = lang or g2p.language_of_voice(voice)
     table, vocab = load_voice(voice, speaker), speaker.vocab
     total = len(g2p.sentences(text))
-    pacing = Pacing(clock) if per_sentence else None
+    pacing = Pacing(clock, engine_share) if per_sentence else None
     done_samples, sentences_done = 0, None
     for i, (piece, sentences_done) in enumerate(
             g2p.pieces(text, g2p.word_phonemizer(lang), vocab, per_sentence=per_sentence)):

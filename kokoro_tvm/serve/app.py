@@ -94,7 +94,8 @@ class SpeechService:
         """The request's chunks, the first already made: an error before any audio (text with
         nothing to say, a full queue, the deadline) is still an error response."""
         chunks = self.tts.stream(request.text, request.voice, request.speed, request.lang,
-                                 seed=request.seed, per_sentence=request.stream)
+                                 seed=request.seed, per_sentence=request.stream,
+                                 engine_share=self.scheduler.share)
         try:
             job = self.scheduler.submit(chunks, self.limits.timeout)
         except QueueFull:

@@ -75,6 +75,10 @@ class Scheduler:
     def __len__(self) -> int:
         return len(self._jobs)
 
+    def share(self) -> float:
+        """The share of the engine's time each admitted job gets now, as they take turns."""
+        return 1 / max(len(self._jobs), 1)
+
     def submit(self, chunks: Generator[Chunk, None, None], timeout: float) -> Job:
         """A job for ``chunks``, queued; QueueFull if ``max_jobs`` are admitted already."""
         job = Job(chunks, time.monotonic() + timeout, asyncio.get_running_loop())
