@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -18,12 +19,27 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+from kokoro_tvm.runtime.cuda import find_nvcc
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "data" / "tiny.yaml"
-REAL_SMALL = REPO / "tests" / "data" / "real_small.yaml"
+README = REPO / "README.md"
+# The real build's buckets (tests/test_main_command.py): one default bucket per component, as few
+# as the end-to-end tests need to speak short sentences in minutes on 2 cores. Sentences of up to
+# 62 tokens fit 64 tokens; test_e2e's take 95-138 frames at speed 1, which 160 holds with little
+# padding (the decoder's time grows with its bucket, and these tests speak dozens of sentences);
+# the frame buckets' 64 is also a stream's lead (runtime/speech.py, LEAD_FRAMES), so that one
+# short utterance can run through two buckets.
+REAL_BUCKETS = {"bert": [64], "duration": [64], "text_encoder": [64], "f0n": [64, 160],
+                "decoder": [64, 160]}
 BIN = Path(sys.executable).parent
 # Targets this machine builds but cannot run (tests/test_targets.py, tests/test_gpu.py).
 OTHER_TARGETS = ["cuda", "aarch64"]
+# Compiling CUDA kernels (building the cuda target, or a kernel's CUDA source) needs nvcc, which
+# a fresh machine may lack; no test needs a GPU.
+needs_nvcc = pytest.mark.skipif(
+    find_nvcc() is None, reason="nvcc (NVIDIA's CUDA compiler) is not installed here: CUDA "
+    "kernels cannot be compiled (install the CUDA toolkit, or put nvcc on PATH)")
 
 # An utterance for the tiny build (tests/test_runtime.py, tests/test_runtime_only.py): token ids
 # that are 16 tokens with the pads, and the speed at which the random weights' ~25 frames a
@@ -214,11 +230,42 @@ def workflow(tmp_path_factory) -> Path:
     return Path(once(tmp_path_factory, "workflow", lambda folder: str(copy_workflow(folder))))
 
 
+def readme_build_command() -> list[str]:
+    """The README's main command, the `snakemake` part of its install-and-build line, as
+    words: what a newcomer runs first, so the tests run it as written."""
+    lines = [line for line in README.read_text().splitlines()
+             if "pip install" in line and "snakemake" in line]
+    if len(lines) != 1:
+        raise AssertionError(f"README.md has {len(lines)} install-and-build lines (pip install "
+                             "... && snakemake ...), not one")
+    command = lines[0].split("&&")[-1]
+    words = shlex.split(command)
+    if words[0] != "snakemake" or words[-1] != "all":
+        raise AssertionError(f"the README's build command is not `snakemake ... all`: {command}")
+    return words
+
+
+def real_build_config() -> list[str]:
+    """The ``--config`` words that narrow the default config.yaml to REAL_BUCKETS."""
+    return ["--config", f"buckets={json.dumps(REAL_BUCKETS)}"]
+
+
 @pytest.fixture(scope="session")
 def real_built(workflow, tmp_path_factory) -> Path:
-    """A finished `snakemake all` with the real weights and tests/data/real_small.yaml."""
-    return snakemake_once(tmp_path_factory, "real_built", "all", workflow=workflow,
-                          configfiles=(REAL_SMALL,))
+    """The README's main command, run as written on the default config.yaml (the real weights,
+    every voice, target option and LSTM method) with REAL_BUCKETS."""
+    def make(folder: Path) -> str:
+        folder.mkdir(exist_ok=True)
+        command = [*readme_build_command(), "--snakefile", str(workflow / "Snakefile"),
+                   "--directory", str(folder), *real_build_config()]
+        env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}  # activated
+        with workflow_lock(workflow):
+            done = subprocess.run(command, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            raise AssertionError(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}")
+        return str(folder)
+
+    return Path(once(tmp_path_factory, "real_built", make))
 
 
 @pytest.fixture(scope="session")
@@ -233,8 +280,8 @@ def real_int8_built(real_built, workflow, tmp_path_factory) -> Path:
         pytest.skip(f"this CPU lacks {', '.join(missing)}: int8 libraries cannot run here")
 
     def make(_) -> str:
-        run_workflow(real_built, workflow, "all", "--config", 'targets=["llvm","llvm_int8"]',
-                     configfiles=(REAL_SMALL,))
+        run_workflow(real_built, workflow, "all", *real_build_config(),
+                     'targets=["llvm","llvm_int8"]', configfiles=())
         return str(real_built)
 
     return Path(once(tmp_path_factory, "real_int8_built", make))
@@ -270,11 +317,13 @@ def aarch64_env(tmp_path_factory) -> Path:
 def other_built(built, workflow, aarch64_env, tmp_path_factory) -> Path:
     """The tiny config's cuda and aarch64 libraries beside its llvm ones, in a copy of ``built``
     (so that no test sees ``built`` change under it; the same workflow copy, so that the llvm
-    build stays up to date); the aarch64 ones need the cross linker."""
+    build stays up to date); the aarch64 ones need the cross linker, the cuda ones nvcc (left
+    out without it: the tests of them skip)."""
+    targets = [t for t in OTHER_TARGETS if t != "cuda" or find_nvcc() is not None]
+
     def make(folder: Path) -> str:
         shutil.copytree(built, folder, symlinks=True)
-        run_workflow(folder, workflow, "all", "--config",
-                     f"targets={json.dumps(OTHER_TARGETS)}")
+        run_workflow(folder, workflow, "all", "--config", f"targets={json.dumps(targets)}")
         return str(folder)
 
     return Path(once(tmp_path_factory, "other_built", make))

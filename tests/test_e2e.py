@@ -1,9 +1,9 @@
 """Speech from real-weight compiled libraries, end to end, against the PyTorch reference.
 
-Built once per session from tests/data/real_small.yaml (the real Kokoro-82M weights, one token
-bucket, two frame buckets, the smaller one also the lead's, the tir_vec LSTMs): the TVM runtime
-must be heard as well as PyTorch by an offline recogniser, and must give PyTorch's exact-length
-result whichever bucket pads it.
+Built once per session by the README's main command with conftest's REAL_BUCKETS (the real
+Kokoro-82M weights, one token bucket, two frame buckets, the smaller one also the lead's): the
+TVM runtime must be heard as well as PyTorch by an offline recogniser, and must give PyTorch's
+exact-length result whichever bucket pads it.
 """
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ import subprocess
 import numpy as np
 import pytest
 import soundfile
-import yaml
-from conftest import BIN, REAL_SMALL, model_folder
+from conftest import BIN, REAL_BUCKETS, model_folder
 from transcribe import transcribe, word_error_rate
 
 from kokoro_tvm import paths
@@ -31,8 +30,7 @@ from kokoro_tvm.runtime.voices import load_voice, style_for
 pytestmark = pytest.mark.slow
 
 VOICES = ("af_heart", "am_adam")
-# The frame buckets real_small.yaml builds for f0n and the decoder.
-FRAME_BUCKETS = yaml.safe_load(REAL_SMALL.read_text())["buckets"]["decoder"]
+FRAME_BUCKETS = REAL_BUCKETS["decoder"]
 SENTENCES = [
     "Hello world, this is a test.",
     "The quick brown fox jumps over the lazy dog.",

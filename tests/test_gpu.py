@@ -16,7 +16,7 @@ import pytest
 import torch
 import tvm
 import yaml
-from conftest import REPO, model_folder
+from conftest import REPO, model_folder, needs_nvcc
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from tvm.relax.frontend.torch import from_exported_program
@@ -58,6 +58,7 @@ def _math_calls(source: str) -> set[str]:
     return set(re.findall(r"\b(__\w+f|powf?|sinf?|cosf?|__sinf|__cosf|__powf)\s*\(", source))
 
 
+@needs_nvcc
 def test_whole_powers_are_products_on_cuda():
     """A float pow of a negative base is NaN on CUDA: x ** 3 must be x * x * x there."""
     source = _cuda_source(GeluNew())
@@ -65,6 +66,7 @@ def test_whole_powers_are_products_on_cuda():
     assert not {"pow", "powf", "__powf"} & _math_calls(source), _math_calls(source)
 
 
+@needs_nvcc
 def test_sines_reduce_their_argument_in_float64_on_cuda():
     """No single-precision sin/cos call (inaccurate for the sine generator's large phases):
     the argument's quadrant is found in double (a rounded double quotient by pi/2), never in
@@ -76,6 +78,7 @@ def test_sines_reduce_their_argument_in_float64_on_cuda():
     assert "nearbyintf" not in source and "rintf" not in source
 
 
+@needs_nvcc
 def test_cuda_kernels_compile_without_fast_math(monkeypatch):
     """TVM compiles with --use_fast_math unless told otherwise; we tell it, and our own nvcc
     call (kernels compiled when a library loads) never passes it."""
@@ -89,6 +92,7 @@ def test_cuda_kernels_compile_without_fast_math(monkeypatch):
     assert not any("fast" in flag for flag in cuda.NVCC_FLAGS)
 
 
+@needs_nvcc
 def test_kernels_compile_with_nvcc():
     """The GELU's CUDA source compiles with our nvcc flags (a fatbin with sm_90 code)."""
     fatbin = cuda.compile_fatbin(_cuda_source(GeluNew()), "sm_90")
@@ -160,6 +164,7 @@ def test_conv1d_stages_whole_tiles_in_shared_memory_on_cuda():
     assert "T.where" in crop[:crop.index("T.reads")]
 
 
+@needs_nvcc
 def test_conv1d_tiles_fit_shared_memory_on_cuda():
     """A wide, long-kernel convolution (the full tile of 8 input channels would stage 70 KB)
     stages fewer channels per step, within the 48 KiB of shared memory a thread block has
@@ -197,6 +202,7 @@ def _relax_modules(root: Path) -> list[tvm.IRModule]:
             for p in sorted((root / "results/relax").rglob("*.json"))]
 
 
+@needs_nvcc
 def test_op_probes_cover_every_op_kind_and_build_for_cuda(built):
     """The GPU check probes every Relax op kind the five components call, each alone with the
     call's shapes, built for cuda and for the CPU that it is compared with."""
@@ -237,6 +243,7 @@ def test_runtime_without_a_gpu_says_so(monkeypatch, tvm_cuda, message):
     assert cuda.device("cpu") == tvm.cpu(0)
 
 
+@needs_nvcc
 def test_runtime_refuses_unvalidated_cuda_libraries(other_built):
     """The build's own cuda libraries were never run on a GPU: refused, with how to validate."""
     from kokoro_tvm.runtime.engine import TvmEngine

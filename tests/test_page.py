@@ -1,6 +1,6 @@
 """The playground page (`GET /` of `kokoro-tvm serve`) in a real browser: Debian's headless
 Chromium driven by Playwright, against the real server on the real-weight model folder of
-tests/data/real_small.yaml. The page lists the server's voices, speaks as the audio streams,
+the tests' main-command build. The page lists the server's voices, speaks as the audio streams,
 lights the words as they are spoken, downloads what it played and shows the server's error
 messages; it asks nothing of any other origin.
 """

@@ -1,7 +1,8 @@
 """`kokoro-tvm serve` as its users run it: the real server process on a loopback port, from the
-real-weight model folder of tests/data/real_small.yaml, called with the `openai` SDK, httpx and
-curl. Every format decodes; lossless formats carry the samples the `Kokoro` API gives for the
-same request; bad input gets OpenAI's error shape and the server keeps serving.
+real-weight model folder of the README's main command (conftest.real_built), called with the
+`openai` SDK, httpx and curl. Every format decodes; lossless formats carry the samples the
+`Kokoro` API gives for the same request; bad input gets OpenAI's error shape and the server
+keeps serving.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from kokoro_tvm.serve.encoders import FORMATS
 
 pytestmark = pytest.mark.slow
 
-# Sentences that each fit real_small.yaml's smallest frame bucket: each is one chunk, decoded
+# Sentences that each fit the real build's smallest frame bucket: each is one chunk, decoded
 # whole, so that a stream of them is the same however fast the machine is (longer sentences
 # are paced against the clock: runtime/speech.py, Pacing).
 TEXT = "Hello there. Good morning. See you soon."
@@ -53,7 +54,7 @@ def server(folder, tmp_path_factory):
 @pytest.fixture(scope="module")
 def guarded(folder, tmp_path_factory):
     """A server with an API key, room for one request at a time, and chunks of at most 64
-    frames (real_small.yaml's smallest frame bucket)."""
+    frames (the real build's smallest frame bucket)."""
     log = tmp_path_factory.mktemp("serve") / "guarded.log"
     with Server(folder, log, "--api-key", API_KEY, "--max-queue", "1",
                 "--max-chunk-seconds", str(64 * SAMPLES_PER_FRAME / SAMPLE_RATE)) as running:
