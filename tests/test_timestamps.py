@@ -8,6 +8,8 @@ import os
 
 import numpy as np
 import pytest
+import srt
+import webvtt
 
 from kokoro_tvm.runtime import g2p
 from kokoro_tvm.runtime.audio_file import OutputError
@@ -133,7 +135,6 @@ def test_cues_are_short_lines_cut_between_words_that_cover_the_audio():
 
 @pytest.mark.parametrize("suffix", [".srt", ".vtt"])
 def test_subtitle_files_parse_back_whole_or_streamed(tmp_path, suffix):
-    srt, webvtt = pytest.importorskip("srt"), pytest.importorskip("webvtt")
     words = _words("Hello there! This line has <odd> & marks, and goes on for a while. Bye.")
 
     def parsed(path):

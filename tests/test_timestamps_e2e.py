@@ -13,7 +13,9 @@ import subprocess
 import numpy as np
 import pytest
 import soundfile
+import srt
 import torch
+import webvtt
 from conftest import BIN, model_folder
 from test_timestamps import kpipeline_words
 
@@ -170,7 +172,6 @@ def test_a_paced_streams_words_are_its_pieces_and_end_with_the_audio(engines, fo
 def test_say_writes_subtitles_that_cover_the_audio(real_built, tmp_path):
     """`kokoro-tvm say --subtitles`: SubRip whole, WebVTT as it streams; both parse, hold
     every word, start at 0 and end with the audio."""
-    srt, webvtt = pytest.importorskip("srt"), pytest.importorskip("webvtt")
     text = "Hello there. Goodbye for now, then."
     for suffix, stream in ((".srt", []), (".vtt", ["--stream"])):
         audio, subtitles = tmp_path / f"speech{suffix}.wav", tmp_path / f"speech{suffix}"

@@ -91,8 +91,11 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        command = [str(python), "-m", "kokoro_tvm.cli", "serve", "--model", str(model),
-                   "--port", str(self.port), *options]
+        # Absolute paths: the server runs from / (it must not depend on the working folder),
+        # and not resolved, which would take a virtual environment's python out of it.
+        python = os.path.abspath(python) if os.sep in str(python) else str(python)  # or on PATH
+        command = [python, "-m", "kokoro_tvm.cli", "serve",
+                   "--model", os.path.abspath(model), "--port", str(self.port), *options]
         with open(log, "w") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                             env={**os.environ, **(env or {})}, cwd="/")
