@@ -46,7 +46,7 @@ class Component:
     axis: str  # "tokens" or "frames": what the bucket counts
     has_lstm: bool
     functions: tuple[Function, ...]
-    # Length-exact fidelity (docs/decisions.md, Fidelity); every component's inputs carry a
+    # Length-exact fidelity (docs/fidelity.md); every component's inputs carry a
     # mask (True on padding): input or output name -> (its length axis, positions per valid one).
     length_axes: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Whether the mask is 1 on the valid positions instead (BERT's attention_mask).
@@ -54,7 +54,7 @@ class Component:
     # Outputs of the chained functions judged by spectral metrics (ill-conditioned end to end),
     # and the input and relative changes whose effects on PyTorch show rounding's share: the
     # bar rests on the largest effect, since one change's varies by 10-15 dB of SNR
-    # (docs/decisions.md, Fidelity).
+    # (docs/fidelity.md).
     spectral_outputs: tuple[str, ...] = ()
     spectral_probe: tuple[str, tuple[float, ...]] = ("", ())
     # An output judged against its float64 truth (the decoder's ill-conditioned harmonic source).

@@ -150,7 +150,7 @@ def test_voice_folder_must_hold_every_voice(tmp_path):
 
 
 def test_command_line_values_are_typed(tmp_path):
-    """README's `--config tuning='{enabled: true, ...}'` (or `buckets='{decoder: [128]}'`):
+    """docs/benchmarks.md's `--config tuning='{enabled: true, ...}'` (or `buckets='{...}'`):
     Snakemake passes nested values as strings; they reach the rules as a boolean and integers,
     and a bad one is still refused."""
     done = run_snakemake(tmp_path, "-n", "all", "--config",

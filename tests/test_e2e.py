@@ -42,7 +42,7 @@ SHORT_SENTENCE = "Hello there."  # under a second: fits the smallest frame bucke
 # most this much: five points of word error rate.
 WER_MARGIN = 0.05
 # The decoder waveform against PyTorch at exact length given the same noise draws
-# (docs/decisions.md, Fidelity): float32 rounding through the iSTFT generator gives 39-44 dB;
+# (docs/fidelity.md): float32 rounding through the iSTFT generator gives 39-44 dB;
 # the bar is 30 dB.
 MIN_SNR_DB = 30.0
 
@@ -122,7 +122,7 @@ def test_int8_speech_is_recognised_as_well_as_pytorch(real_int8_built, torch_spo
 
 def test_streamed_speech_is_recognised_within_two_points_of_whole_sentences(tvm_engine,
                                                                              tvm_heard):
-    """Issue 19's bar for the stream's lead (runtime/speech.py): each sentence streamed as a
+    """The stream's lead must not cost intelligibility (runtime/speech.py): each sentence streamed as a
     text of its own, so that every one starts with a window decode of its first words, is heard
     within 2 points of word error of the same sentences spoken whole (both voices, 70 words)."""
     tvm = tvm_engine

@@ -82,7 +82,7 @@ def test_pieces_join_whole_sentences_up_to_the_limit_unless_streaming():
 
 def test_a_long_first_sentence_starts_with_its_first_clauses():
     """The first piece: the most whole clauses within the limit, else the first clause alone; never
-    a cut between words (docs/decisions.md, First audio when streaming)."""
+    a cut between words (docs/streaming.md)."""
     assert g2p.first_clauses("one two, three four, five six.", _words, limit=4) == [
         "one two, three four,", "five six."]
     assert g2p.first_clauses("one two three, four five, six.", _words, limit=2) == [

@@ -47,7 +47,7 @@ def _at_snr(ref: np.ndarray, snr: float, seed: int) -> np.ndarray:
 
 
 def test_the_snr_bar_rests_on_the_probe_that_reacts_most():
-    """One probe's SNR varies by 10-15 dB with the change (docs/decisions.md, Fidelity): the bar
+    """One probe's SNR varies by 10-15 dB with the change (docs/fidelity.md): the bar
     is the probes' lowest SNR minus 10 dB, so a probe that happens to react little (28 dB) does
     not fail a library as close as PyTorch is to itself (12 dB), and a far one (0 dB) still
     fails."""

@@ -1,4 +1,4 @@
-"""The decoder is padding-invariant in PyTorch (docs/decisions.md, Fidelity).
+"""The decoder is padding-invariant in PyTorch (docs/fidelity.md).
 
 An utterance of L frames padded to a bucket B > L, with its frame mask, must give the audio of
 unpatched Kokoro run at exactly L frames on the same noise draws (trimmed to 600 samples per

@@ -29,7 +29,7 @@ def precision(options: dict[str, Any]) -> str:
 
 # int8 covers decoder buckets up to this many frames: its waveform's log-mel L1 against PyTorch
 # grows with the length (0.08-0.12 at 128-512 frames, 0.18 at 1024, 0.17 at 1536, 0.246 at
-# 2048 where the bar is 0.25; docs/decisions.md, Below float32). Longer buckets of an int8
+# 2048 where the bar is 0.25; docs/int8.md). Longer buckets of an int8
 # target stay float32.
 INT8_MAX_FRAMES = 1536
 

@@ -1,7 +1,7 @@
 """Vectorizable float32 tanh, sigmoid, sin, cos and exp as TIR expressions.
 
 TVM lowers these on the CPU to a libm call per element, which LLVM cannot vectorize (16 times
-slower than the forms below: docs/decisions.md, TVM 0.27). These are arithmetic only:
+slower than the forms below: docs/tvm.md). These are arithmetic only:
 
 - tanh: Eigen's rational approximation on [-9, 9] (the same one as ``topi.fast_tanh``; beyond 9,
   float32 tanh is +-1), absolute error about 1e-7; sigmoid(x) = (1 + tanh(x / 2)) / 2. The LSTM

@@ -8,7 +8,7 @@ The function's statistics blocks are *row statistics* (compile/row_reduction.py)
 (batch, channel) reads only its own row of ``x``, so the schedule computes them inside the
 output's row loop and a row is read from memory once, its second and third reads coming from
 cache. Each sum accumulates in float64 (a row is SAMPLES_PER_FRAME values per frame;
-docs/decisions.md, Fidelity) over interleaved partial sums, which the schedule turns into
+docs/fidelity.md) over interleaved partial sums, which the schedule turns into
 vector lanes, then a scalar tail.
 """
 from __future__ import annotations

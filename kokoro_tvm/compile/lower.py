@@ -12,15 +12,14 @@ audio samples; TVM legalizes a constant-bounded ``arange`` into a numpy table an
 ``FoldConstant`` then evaluates the index arithmetic on it, leaving int64/float32 tables as long
 as the audio in the library (tens of MB at the largest buckets). So ``arange`` is legalized
 to a kernel and ``FoldConstant`` is skipped; computing the indices at run time costs nothing
-measurable (docs/decisions.md, TVM 0.27).
+measurable (docs/tvm.md).
 
 Weight transforms: whatever a function computes from weights alone (transposes, weight norm,
 the matmul weight panels of our legalization) is lifted into a companion function
 ``{name}_transform_params`` right after legalization (TVM's LiftTransformParams, after
 common-subexpression elimination so that ALBERT's twelve uses of one shared layer prepare its
 weights once). The runtime calls it once per library (``runtime/library.py``); left in place,
-bert transposed its Linear weights on every call, most of its time (docs/decisions.md, TVM
-0.27).
+bert transposed its Linear weights on every call, most of its time (docs/tvm.md).
 
 Schedules: TVM 0.27 applies none on CPU (every conv and matmul a naive loop). Our own
 (``kokoro_tvm.compile.schedules``) come in twice: their legalizations of conv1d,

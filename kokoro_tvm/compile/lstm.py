@@ -9,7 +9,7 @@ Kokoro's LSTMs reach the importer as one ``kokoro_tvm::packed_lstm`` node each (
 kokoro_tvm/model/packed_lstm.py: bidirectional, batch first, per-sequence lengths, nn.LSTM's packed
 semantics). Every method computes the input projection of both directions as one matmul over
 all time steps, reading each weight once (TVM's own route copied the input weight once per step,
-docs/decisions.md, TVM 0.27); they differ in the recurrence:
+docs/tvm.md); they differ in the recurrence:
 
 - ``unroll``: per-step Relax ops (matvec, gates, and ``where`` on the step's mask keeping the
   state of finished sequences and zeroing their outputs). IR and import time grow linearly with

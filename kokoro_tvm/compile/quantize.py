@@ -2,7 +2,7 @@
 
 Which convolutions: the generator's residual blocks (``resblocks``, ``noise_res``), most of the
 decoder's arithmetic, in decoder buckets up to ``devices.INT8_MAX_FRAMES``; every other op stays
-float32 (docs/decisions.md, Below float32: int8 everywhere fails the spectral and word-error
+float32 (docs/int8.md: int8 everywhere fails the spectral and word-error
 bars, these alone pass them).
 
 How (``quantize_convs``, a Relax pass run before legalization), at each call:
@@ -17,7 +17,7 @@ How (``quantize_convs``, a Relax pass run before legalization), at each call:
   channels of a group as one ``vpdpbusd`` (``DOT_INTRIN``), then
   ``y = (acc - sum wq * zero_x) * scale_w[o]`` in its epilogue.
 One scale per tensor was the first form: its error grew with the utterance's range, and failed
-the log-mel bar past 768 frames (docs/decisions.md, Below float32).
+the log-mel bar past 768 frames (docs/int8.md).
 """
 from __future__ import annotations
 

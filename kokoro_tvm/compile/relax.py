@@ -1,7 +1,7 @@
 """ExportedPrograms -> one Relax IRModule, with the weights detached as a name -> array dict.
 
 Weights stay function inputs (``keep_params_as_input``): embedding them made the decoder library
-216 MB per bucket (docs/decisions.md, TVM 0.27). Each function takes its user inputs first
+216 MB per bucket (docs/tvm.md). Each function takes its user inputs first
 (attribute ``num_input``), then its weights, named by torch.export's placeholder names (``p_``
 + the KModel state-dict key with dots as underscores). Those names depend only on the module
 tree, not on shapes, so one params file serves every bucket of a component; the runtime looks

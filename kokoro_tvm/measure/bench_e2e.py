@@ -4,7 +4,7 @@ Each engine lives in its own child process (same sentences, same thread count), 
 peak memory is its own. The children load and warm up one after another (one run over the
 sentences: every library needed is loaded and its weights prepared), then measure in rounds,
 taking turns: round 1 TVM, PyTorch, onnxruntime, round 2 the same, ... so that a change in the
-machine's load or clock during the run hits every engine alike (docs/decisions.md, Timing in
+machine's load or clock during the run hits every engine alike (docs/benchmarks.md, Timing in
 turns). Reported per engine: real-time factor
 (synthesis seconds / audio seconds over all sentences), median over the rounds with every
 round's value; first-audio latency (text in -> first sentence's audio out, streaming a

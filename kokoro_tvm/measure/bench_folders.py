@@ -54,7 +54,7 @@ def benchmark(baseline: str | Path, folder: str | Path, text: str, voice: str = 
     for _ in range(rounds):
         for name in order:
             measured[name].append(_pass(engines[name], text, voice, speed, per_sentence))
-        order.reverse()  # position biases a pass (docs/decisions.md, Timing in turns)
+        order.reverse()  # position biases a pass (docs/benchmarks.md, Timing in turns)
     results = {}
     for name, passes in measured.items():
         last = passes[-1]

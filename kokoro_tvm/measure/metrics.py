@@ -1,5 +1,5 @@
 """The metrics every check uses, in numpy alone: the tight relative error, the log-mel
-spectrogram and SNR of waveforms, and their bars (docs/decisions.md, Fidelity); a stream's worst
+spectrogram and SNR of waveforms, and their bars (docs/fidelity.md); a stream's worst
 stall. Validation, the GPU check, benchmarks, reports and tests all compute them here."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 from kokoro_tvm.facts import SAMPLE_RATE
 
 TIGHT_RELATIVE = 1e-4
-# The chained waveform's bars (docs/decisions.md, Fidelity): log-mel L1 at most
+# The chained waveform's bars (docs/fidelity.md): log-mel L1 at most
 # ``log_mel_l1``; SNR at least the probes' lowest SNR minus ``snr_below_probe_db``, capped at
 # ``snr_db_cap``.
 SPECTRAL_TOLERANCES = {"log_mel_l1": 0.25, "snr_below_probe_db": 10.0, "snr_db_cap": 30.0}
@@ -19,7 +19,7 @@ SPECTRAL_TOLERANCES = {"log_mel_l1": 0.25, "snr_below_probe_db": 10.0, "snr_db_c
 
 # The cap for libraries whose generator convolutions are int8 (a target's ``precision: int8``):
 # they measured 11-21 dB against PyTorch at 128-512 frames (14 at 224) where float32 gives
-# 15-38 (docs/decisions.md, Below float32); a wrong scale or zero point gives 0 or less. The
+# 15-38 (docs/int8.md); a wrong scale or zero point gives 0 or less. The
 # log-mel bar, unchanged, is the one that bounds what is heard.
 INT8_SNR_DB_CAP = 10.0
 
@@ -119,7 +119,7 @@ def spectral_metrics(out: np.ndarray, ref: np.ndarray, probes: np.ndarray,
     }
 
 
-# The decoder's harmonic source against its float64 truth (docs/decisions.md, Fidelity): the
+# The decoder's harmonic source against its float64 truth (docs/fidelity.md): the
 # library's error may be at most ``ratio`` times PyTorch float32's own over the whole output,
 # and ``head_ratio`` times over its first ``head_frames`` frames, where float32 phase has not
 # drifted yet, so that a wrong source fails at every bucket. Errors below ``floor`` count as it.

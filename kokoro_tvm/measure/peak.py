@@ -1,7 +1,7 @@
 """The machine's arithmetic ceiling for float32: vector FMAs held in registers, on every thread.
 
 PyTorch's matrix product is one measure of what the machine can do, but it is a library's
-figure, not the machine's (docs/decisions.md, CPU peak). This kernel has no memory traffic at
+figure, not the machine's (docs/cpu-speed.md, CPU peak). This kernel has no memory traffic at
 all: each thread runs ``accumulators`` independent chains of ``a = a * b + c`` on full vectors
 (enough chains to cover the FMA latency on every FMA pipe), so its GFLOP/s is what the cores'
 FMA units deliver at the target's vector width, the figure no kernel with loads and stores can

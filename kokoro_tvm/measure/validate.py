@@ -1,7 +1,7 @@
 """Static fidelity: a built library against the PyTorch wrapper it came from; and, for every
 component (each has a length mask), length-exact fidelity: the library's valid outputs against
 unpatched Kokoro run on the same utterance without padding.
-What the bars are and why: docs/decisions.md, Fidelity.
+What the bars are and why: docs/fidelity.md.
 
 Both run on the same padded example inputs (the export stage's, at one seed). Every
 function output gets a tight check, max abs error relative to the output's scale, each function
@@ -124,7 +124,7 @@ def _chained(component: Component, env: dict[str, np.ndarray],
 def _float64(component: Component, env: dict[str, np.ndarray],
              reference: Mapping[str, np.ndarray], bucket: int) -> dict[str, dict[str, Any]]:
     """The ``float64_output`` of the chained run against its float64 truth, beside
-    PyTorch float32's (docs/decisions.md, Fidelity)."""
+    PyTorch float32's (docs/fidelity.md)."""
     name = component.float64_output
     truth = reference[f"float64.{name}"]
     function = next(fn.name for fn in component.functions if name in fn.outputs)
@@ -137,7 +137,7 @@ def _length_exact(component: Component, env: dict[str, np.ndarray],
                   reference: Mapping[str, np.ndarray], snr_cap: float
                   ) -> dict[str, dict[str, Any]]:
     """The library's valid outputs on the padded inputs against unpatched Kokoro run on the
-    utterance without padding (docs/decisions.md, Fidelity); same bars: tight,
+    utterance without padding (docs/fidelity.md); same bars: tight,
     or spectral for ``spectral_outputs`` (the decoder's waveform, its functions chained)."""
     length = valid_length(component.name, env)
     metrics = {"exact_length.length": metric(length)}

@@ -163,7 +163,7 @@ def run_float64(kmodel, name: str, inputs: dict[str, torch.Tensor]) -> dict[str,
 def reference_values(kmodel, name: str, env: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     """Everything validation compares a library with, from ``env`` (``run_reference`` on the
     example inputs): computed once per (component, bucket), by the export stage, for every
-    target and LSTM method (docs/decisions.md, Fidelity). Keys, by prefix:
+    target and LSTM method (docs/fidelity.md). Keys, by prefix:
 
     - ``input.``/``output.``: the example inputs and every function's PyTorch output;
     - ``float64.``: the ``float64_output``'s float64 truth;

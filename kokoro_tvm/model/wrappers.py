@@ -1,7 +1,7 @@
 """Wrappers: the KModel modules of one component, under KModel's own attribute names (so the
 parameter names are KModel's state-dict keys) and nothing else (torch.export lifts every
 parameter of the wrapper, used or not). Padding never reaches a valid output: masks go into
-every LSTM and every InstanceNorm (docs/decisions.md, Fidelity)."""
+every LSTM and every InstanceNorm (docs/fidelity.md)."""
 from __future__ import annotations
 
 import copy

@@ -125,7 +125,7 @@ def load_components(folder: ModelFolder, lstm: str | None, kernels: Sequence[Pat
 def _padded(values: np.ndarray, size: int, axis: int = -1) -> np.ndarray:
     """``values`` zero-padded along ``axis`` to ``size``."""
     # zeros and a copy: over ten times faster than np.pad on a long sentence's SineGen noise
-    # (docs/decisions.md, CUDA speed).
+    # (docs/gpu.md, CUDA speed).
     shape = list(values.shape)
     shape[axis] = size
     out = np.zeros(shape, values.dtype)
@@ -200,7 +200,7 @@ class TvmEngine:
         self._background = ThreadPoolExecutor(1)
         self.timings: dict[str, float] = {}
         # Frames the decoder was asked for, and those it computed (each call's bucket): what
-        # padding costs (docs/decisions.md, Padding).
+        # padding costs (docs/cpu-speed.md, Padding).
         self.decoder_frames = {"asked": 0, "computed": 0}
         started = time.perf_counter()
         self._prepare()

@@ -311,7 +311,7 @@ def split_text(text: str, size: Callable[[str], int], limit: int = MAX_TOKENS,
 # (speech.LEAD_FRAMES) and must finish decoding while the lead plays, about 1.2 s: 96 tokens
 # are about 250 frames, 0.85 s of float32 decoding on 2 cores. Cut at clause marks only: on
 # 408 words, cuts at words cost 2.4-3.7 points of word error against whole sentences, cuts at
-# clauses none (docs/decisions.md, First audio when streaming).
+# clauses none (docs/streaming.md).
 FIRST_PIECE_TOKENS = 96
 
 

@@ -33,7 +33,7 @@ from kokoro_tvm.runtime.voices import check_voice
 
 # Speeds Kokoro stays intelligible at: durations are divided by the speed and rounded to whole
 # frames, so fast speech merges phonemes and slow speech drawls. Chosen by the ASR check
-# (docs/decisions.md, Speed range): kokoro-onnx's range, outside which word error climbs
+# (docs/fidelity.md, Speed range): kokoro-onnx's range, outside which word error climbs
 # quickly on both voices measured.
 SPEED_RANGE = (0.5, 2.0)
 

@@ -118,7 +118,7 @@ class Library:
         A transform with the fingerprint of one another library of the component ran is not run
         again: its prepared weights are taken from there. Transforms run in a VM of their own
         with TVM's naive allocator, which frees what it allocates: the pooled one that calls
-        use (faster: docs/decisions.md, Runtime memory) would keep their intermediates
+        use (faster: docs/memory.md) would keep their intermediates
         reserved."""
         if function not in self._prepared:
             fingerprint = self.transforms.get(function)

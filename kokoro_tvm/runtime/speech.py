@@ -106,7 +106,7 @@ FADE_SECONDS = 0.005  # raised-cosine ramps at chunk edges: joins without clicks
 # whole piece first, so the lead has the sentence's durations and pitch. The decoder normalises
 # over the frames it is given, so the lead ends at a word gap LEAD_CONTEXT_FRAMES before the
 # window does, and the next decode's audio takes over from there through a crossfade of one
-# frame (docs/decisions.md, First audio when streaming). An engine whose decoder would pad the
+# frame (docs/streaming.md). An engine whose decoder would pad the
 # window past LEAD_FRAMES (a folder built without a small bucket) gains nothing by it: no lead.
 LEAD_FRAMES = 64
 LEAD_CONTEXT_FRAMES = 16

@@ -7,7 +7,7 @@ TVM lowers by zero-stuffing the input, costs ``stride`` times the arithmetic. He
 
 - the legalizations are the CPU ones (``schedules/conv1d.py``, polyphase
   ``schedules/conv_transpose.py``); conv1d pads time to a whole number of tiles, because a
-  tail predicate inside the contraction's loop costs up to 5x on an H100 (docs/decisions.md),
+  tail predicate inside the contraction's loop costs up to 5x on an H100 (docs/gpu.md),
   and its crop, with the epilogue (bias, residual, activation fused by FuseOps) inlined into
   it, is each thread's write-back of its accumulators. conv_transpose1d's phases are not padded
   (its interleave cannot be split per thread; at Kokoro's lengths they are whole tiles);

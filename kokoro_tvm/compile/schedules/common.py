@@ -6,7 +6,7 @@ from tvm import relax, s_tir, tirx
 
 # Below this many whole vector chunks, a loop whose extent is no multiple of the lanes stays
 # scalar (LLVM may still vectorize it): the scalar rest costs about what the chunks save
-# (docs/decisions.md, "Vector loops with a scalar rest").
+# (docs/cpu-speed.md, "Vector loops with a scalar rest").
 MIN_PARTITIONED_CHUNKS = 8
 
 

@@ -147,7 +147,7 @@ def schedule_contraction(sch: s_tir.Schedule, block, axes: dict, facts: CpuFacts
     if tile_input is not None and vecs // (m * lanes) >= PARALLEL_CHUNKS:
         # Each vec tile pads its own input window just before its row tiles read it, while it
         # is in cache, instead of a pass of its own over the whole input; the threads then
-        # split the vec tiles alone, which needs many of them (docs/decisions.md, CPU peak).
+        # split the vec tiles alone, which needs many of them (docs/cpu-speed.md, CPU peak).
         sch.compute_at(tile_input, vo, preserve_unit_loops=True)
         vectorize_innermost(sch, tile_input, facts.lanes())
         sch.parallel(sch.fuse(*others, vo))

@@ -4,7 +4,7 @@ Two sets. ``EVERY_TARGET`` are correctness fixes that ``lower`` applies for CPUs
 TVM's default forms are wrong on CUDA (``powf`` of a negative base is NaN there, and single-
 precision ``sin`` of the sine generator's phases, which reach 1e6, loses digits), so whole
 powers become products and sin/cos reduce their argument in float64 on every target
-(docs/decisions.md, "CUDA math"). ``CPU_ONLY`` are speed forms for our CPU schedules.
+(docs/gpu.md, "CUDA math"). ``CPU_ONLY`` are speed forms for our CPU schedules.
 
 - ``tanh`` (ALBERT's GELU): compile/fastmath.py's clamped rational approximation (Eigen's, as
   ``topi.fast_tanh``), vectorizable, instead of a scalar libm call per element.

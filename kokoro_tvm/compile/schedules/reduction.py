@@ -6,7 +6,7 @@ elements accumulate in float64 instead, which makes the error independent of the
 five components these are the weight norms of the generator's convolutions (in channels x taps,
 in the weight transform) and f0n's count of valid frames. Short reductions (LayerNorm rows)
 keep TVM's legalization. The masked InstanceNorm's statistics, the long sums this was first
-written for, are their own function (compile/instance_norm.py; docs/decisions.md, Fidelity).
+written for, are their own function (compile/instance_norm.py; docs/fidelity.md).
 """
 from __future__ import annotations
 

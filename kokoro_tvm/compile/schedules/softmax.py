@@ -2,7 +2,7 @@
 
 TVM's legalization is four passes over the scores (row maximum, sum of exponentials, then the
 exponentials again, divided), its reductions serial per row and ``exp`` a libm call per element
-that LLVM cannot vectorize (docs/decisions.md, "Kept: softmax as row statistics").
+that LLVM cannot vectorize (docs/benchmarks.md, "Kept: softmax as row statistics").
 Here the row's maximum and sum are ``row_reduction``s (vector lanes of partial results), the
 exponentials (compile/fastmath.py's ``exp``) are computed once into a row that is then scaled by
 the sum's reciprocal, and schedules/row_statistics.py computes all of it inside the output's row

@@ -18,8 +18,7 @@ PrimFunc:
 - ``input_transform[xi, c, T] = sum_i bt[xi, i] * window_i`` (the contraction's tile input);
 - ``winograd_weights``: ``u = g @ chunk`` per point, from the weight alone, computed in each
   call rather than lifted into the library's weight transform: kept, u would hold 1.9-2.7
-  times the kernel's memory for the life of the process (docs/decisions.md, Winograd
-  convolutions);
+  times the kernel's memory for the life of the process (docs/cpu-speed.md, Winograd convolutions);
 - the contraction ``winograd[xi, f, T] = sum_{c, q} u[xi, f, q, c] * input_transform[xi, c,
   T + q * d]``, the points inside each register tile;
 - ``output_transform[f, j, T] = sum_xi at[j, xi] * winograd[xi, f, T]``, per register tile;
@@ -52,7 +51,7 @@ MIN_CHANNELS = 64
 # Below this many output steps the direct contraction is faster, whatever the channels: each
 # call's point-weight pass, its transforms and the padding of time to whole vec tiles (on
 # AVX-512, 48 tiles of 4 or 6 steps) cost more than the products saved (measured on Zen 4:
-# docs/decisions.md, Winograd convolutions).
+# docs/cpu-speed.md, Winograd convolutions).
 MIN_STEPS = 1024
 
 
