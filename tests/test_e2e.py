@@ -122,8 +122,8 @@ def test_int8_speech_is_recognised_as_well_as_pytorch(real_int8_built, torch_spo
 
 def test_streamed_speech_is_recognised_within_two_points_of_whole_sentences(tvm_engine,
                                                                              tvm_heard):
-    """The stream's lead must not cost intelligibility (runtime/speech.py): each sentence streamed as a
-    text of its own, so that every one starts with a window decode of its first words, is heard
+    """The stream's lead costs no intelligibility (runtime/speech.py): each sentence streamed as
+    a text of its own, so that every one starts with a window decode of its first words, is heard
     within 2 points of word error of the same sentences spoken whole (both voices, 70 words)."""
     tvm = tvm_engine
     words = len(VOICES) * sum(len(s.split()) for s in SENTENCES)
