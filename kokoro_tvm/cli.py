@@ -12,10 +12,11 @@ from pathlib import Path
 
 from kokoro_tvm import paths
 from kokoro_tvm.errors import UserError
-from kokoro_tvm.facts import DEFAULT_VOICE, SAMPLE_RATE, SAMPLES_PER_FRAME
+from kokoro_tvm.facts import DEFAULT_VOICE, SAMPLE_RATE
 from kokoro_tvm.runtime import g2p
 from kokoro_tvm.runtime.kokoro import SPEED_RANGE
 from kokoro_tvm.runtime.model_folder import DEFAULT_MODEL
+from kokoro_tvm.serve import DEFAULT_MAX_CHUNK_SECONDS, chunk_frames
 
 ENGINES = ("tvm", "torch")
 
@@ -189,7 +190,7 @@ def serve(args: argparse.Namespace) -> int:
     folder.check_lstm(args.lstm)
     started = time.perf_counter()
     tts = ready_model(folder, engine=_engine(args, folder), lstm=args.lstm,
-                      max_frames=round(args.max_chunk_seconds * SAMPLE_RATE / SAMPLES_PER_FRAME))
+                      max_frames=chunk_frames(args.max_chunk_seconds))
     print(f"kokoro-tvm: {folder.path} ready in {time.perf_counter() - started:.1f} s "
           f"({len(tts.voices)} voices, {args.engine} engine)", file=sys.stderr)
     run_server(tts, args.host, args.port, limits, args.api_key)
@@ -264,10 +265,10 @@ def parser() -> argparse.ArgumentParser:
                    help="speech requests admitted at once; more get 503 (default 16)")
     s.add_argument("--timeout", type=float, default=600.0,
                    help="seconds a speech request may take from admission (default 600)")
-    s.add_argument("--max-chunk-seconds", type=float, default=6.0,
-                   help="longest audio decoded in one call (default 6): longer sentences are "
-                        "split at a clause or word boundary, so that no call holds the engine "
-                        "(and its memory) long while others wait")
+    s.add_argument("--max-chunk-seconds", type=float, default=DEFAULT_MAX_CHUNK_SECONDS,
+                   help="longest audio decoded in one call (default %(default)s): longer "
+                        "sentences are split at a clause or word boundary, so that no call "
+                        "holds the engine (and its memory) long while others wait")
     s.set_defaults(run=serve)
     v = commands.add_parser("voices", help="list the voices of a model folder: name, language, "
                                            "gender, and why any cannot be spoken here")

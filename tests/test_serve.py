@@ -25,7 +25,9 @@ from test_serve_parts import decode
 from kokoro_tvm.facts import SAMPLE_RATE, SAMPLES_PER_FRAME
 from kokoro_tvm.measure.bench_serve import Server
 from kokoro_tvm.runtime.audio_file import pcm16
+from kokoro_tvm.runtime.engine import TvmEngine
 from kokoro_tvm.runtime.kokoro import Kokoro
+from kokoro_tvm.serve import DEFAULT_MAX_CHUNK_SECONDS, chunk_frames
 from kokoro_tvm.serve.encoders import FORMATS
 
 pytestmark = pytest.mark.slow
@@ -62,11 +64,13 @@ def guarded(folder, tmp_path_factory):
 
 
 class Reference:
-    """The `Kokoro` API on the server's folder, in this process: what the server must give.
-    Each answer is computed once (several formats compare with the same samples)."""
+    """The `Kokoro` API on the server's folder, in this process, with the server's frame bound
+    (the default --max-chunk-seconds): what the server must give. Each answer is computed once
+    (several formats compare with the same samples)."""
 
     def __init__(self, folder: Path):
-        self.tts = Kokoro(folder)
+        engine = TvmEngine(folder, max_frames=chunk_frames(DEFAULT_MAX_CHUNK_SECONDS))
+        self.tts = Kokoro(folder, engine=engine)
         self.stream = functools.cache(self._stream)
         self.create = functools.cache(self.tts.create)
 
