@@ -13,7 +13,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -101,11 +101,14 @@ def model_folder(root: Path, target: str = "llvm") -> Path:
 
 
 def run_snakemake(workdir: Path, *args: str, configfiles=(TINY,), check: bool = True,
-                  snakefile: Path = REPO / "Snakefile") -> subprocess.CompletedProcess:
-    """Runs the workflow in ``workdir`` (results/ land there) with the given config overrides."""
-    command = [str(BIN / "snakemake"), "--snakefile", str(snakefile), "--directory", str(workdir),
-               "--cores", "2"]
-    command += list(args)
+                  snakefile: Path = REPO / "Snakefile",
+                  command: Sequence[str] = ("snakemake", "--cores", "2")
+                  ) -> subprocess.CompletedProcess:
+    """Runs ``command`` (its first word found in this environment, as an activated one would)
+    on the workflow in ``workdir`` (results/ land there) with ``args`` and the given config
+    overrides."""
+    command = [str(BIN / command[0]), *command[1:], "--snakefile", str(snakefile),
+               "--directory", str(workdir), *args]
     if configfiles:  # last: --configfile takes every following word as a file
         command += ["--configfile", *map(str, configfiles)]
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
@@ -116,10 +119,11 @@ def run_snakemake(workdir: Path, *args: str, configfiles=(TINY,), check: bool = 
 
 
 def dry_run(workdir: Path, *args: str, snakefile: Path = REPO / "Snakefile",
-            configfiles=(TINY,)) -> list[dict]:
+            configfiles=(TINY,), **command) -> list[dict]:
     """The jobs `snakemake -n *args` in ``workdir`` would execute, in its order (empty: nothing
     to do): each job's rule, output as printed, input paths and wildcards."""
-    done = run_snakemake(workdir, "-n", *args, snakefile=snakefile, configfiles=configfiles)
+    done = run_snakemake(workdir, "-n", *args, snakefile=snakefile, configfiles=configfiles,
+                         **command)
     jobs = []
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", done.stdout + done.stderr):
         rule = re.match(r"(?:local)?rule (\w+):", block)
@@ -254,18 +258,8 @@ def real_build_config() -> list[str]:
 def real_built(workflow, tmp_path_factory) -> Path:
     """The README's main command, run as written on the default config.yaml (the real weights,
     every voice, target option and LSTM method) with REAL_BUCKETS."""
-    def make(folder: Path) -> str:
-        folder.mkdir(exist_ok=True)
-        command = [*readme_build_command(), "--snakefile", str(workflow / "Snakefile"),
-                   "--directory", str(folder), *real_build_config()]
-        env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}  # activated
-        with workflow_lock(workflow):
-            done = subprocess.run(command, capture_output=True, text=True, env=env)
-        if done.returncode != 0:
-            raise AssertionError(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}")
-        return str(folder)
-
-    return Path(once(tmp_path_factory, "real_built", make))
+    return snakemake_once(tmp_path_factory, "real_built", *real_build_config(),
+                          workflow=workflow, configfiles=(), command=readme_build_command())
 
 
 @pytest.fixture(scope="session")

@@ -52,7 +52,7 @@ def test_the_readme_command_plans_every_default_artifact(tmp_path):
     """`-n` added to the README's command on the default config.yaml, in an empty folder: the
     count of jobs is the README's, and every default library is exported, imported, lowered,
     built and validated, each once."""
-    jobs = dry_run(tmp_path, *readme_build_command()[1:], "-n", configfiles=())
+    jobs = dry_run(tmp_path, configfiles=(), command=readme_build_command())
     assert len(jobs) == readme_job_count()
     expected = libraries_of(DEFAULT_CONFIG, DEFAULT_CONFIG["buckets"])
     validated = Counter((w["target"], w["component"], w["lstm"], int(w["bucket"]))
