@@ -27,6 +27,8 @@ from conftest import REPO, TINY, run_snakemake, workflow_lock
 
 from kokoro_tvm import paths
 from kokoro_tvm.atomic import sha256_file
+from kokoro_tvm.facts import COMPONENT_NAMES
+from kokoro_tvm.measure import build_time
 
 LSTM_COMPONENTS = {"duration", "text_encoder", "f0n"}
 
@@ -63,6 +65,23 @@ def test_every_library_validates_and_is_in_the_manifest(built):
             assert report["passed"] and report["metrics"]
             assert all(m["passed"] for m in report["metrics"].values() if "tolerance" in m
                        and m["tolerance"] is not None)
+
+
+def test_build_time_sums_each_stage_and_component(built):
+    """measure/build_time over the tiny build: per stage and component as many jobs as there
+    are benchmark files, their seconds summed, and the build against itself at ratio 1.00."""
+    figures = build_time.job_seconds(built)
+    for stage in ("export", "relax", "lowered", "lib", "validate"):
+        for component in COMPONENT_NAMES:
+            files = list((built / "benchmarks" / stage).rglob(f"{component}/**/*.tsv"))
+            jobs, seconds = figures[(stage, component)]
+            assert jobs == len(files) > 0 and seconds > 0
+    decoder_export = (built / "benchmarks/export/decoder/b16.tsv").read_text().split("\n")
+    assert 0 < float(decoder_export[1].split("\t")[0]) <= figures[("export", "decoder")][1]
+    assert figures[("params", "decoder")][0] == 1  # named by the file, not a folder
+    rows = build_time.main([str(built), str(built)]).splitlines()[2:]
+    assert len(rows) == len(figures) + 1 and rows[-1].startswith("| all |")
+    assert all(row.split(" | ")[-1] in ("1.00 |", "- |") for row in rows)
 
 
 def test_libraries_hold_code_not_weights(built):
