@@ -7,8 +7,6 @@ F0_PER_FRAME = 2
 # Audio samples per frame: F0_PER_FRAME times prod(upsample_rates) (10 * 6) times the iSTFT hop
 # (5); assets/model_config.py checks a model's config against it.
 SAMPLES_PER_FRAME = 600
-# Audio seconds per frame (25 ms).
-FRAME_SECONDS = SAMPLES_PER_FRAME / SAMPLE_RATE
 # SineGen's harmonics: the fundamental and 8 overtones (Kokoro's Generator fixes harmonic_num=8).
 HARMONICS = 9
 # The compiled components, in the order a forward pass runs them (docs/architecture.md).

@@ -15,7 +15,7 @@ from typing import Callable, Iterator, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from kokoro_tvm.errors import UserError
-from kokoro_tvm.facts import FRAME_SECONDS, SAMPLE_RATE, SAMPLES_PER_FRAME
+from kokoro_tvm.facts import SAMPLE_RATE, SAMPLES_PER_FRAME
 from kokoro_tvm.runtime import g2p
 from kokoro_tvm.runtime.voices import VoiceFolder, load_voice, style_for
 
@@ -111,6 +111,7 @@ FADE_SECONDS = 0.005  # raised-cosine ramps at chunk edges: joins without clicks
 LEAD_FRAMES = 64
 LEAD_CONTEXT_FRAMES = 16
 CROSSFADE_SAMPLES = SAMPLES_PER_FRAME
+FRAME_SECONDS = SAMPLES_PER_FRAME / SAMPLE_RATE
 
 # After the lead, every piece of a stream is paced (Pacing): while the audio already sent would
 # run out before the piece's whole decode finished, the piece is spoken as growing prefix

@@ -4,7 +4,7 @@
 engine's worker, ``encoders`` the response formats, ``metrics`` what ``/metrics`` reports and
 ``server`` the loading and the port. It imports nothing of the build and no PyTorch.
 """
-from kokoro_tvm.facts import FRAME_SECONDS
+from kokoro_tvm.runtime.speech import FRAME_SECONDS
 
 # The longest audio one call decodes (--max-chunk-seconds): a new request's first audio waits
 # for at most that chunk (docs/serving.md, Figures: The chunk bound).
