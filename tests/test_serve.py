@@ -27,15 +27,17 @@ from kokoro_tvm.measure.bench_serve import Server
 from kokoro_tvm.runtime.audio_file import pcm16
 from kokoro_tvm.runtime.engine import TvmEngine
 from kokoro_tvm.runtime.kokoro import Kokoro
+from kokoro_tvm.runtime.speech import LEAD_FRAMES
 from kokoro_tvm.serve import DEFAULT_MAX_CHUNK_SECONDS, chunk_frames
 from kokoro_tvm.serve.encoders import FORMATS
 
 pytestmark = pytest.mark.slow
 
-# Sentences that each fit the real build's smallest frame bucket: each is one chunk, decoded
-# whole, so that a stream of them is the same however fast the machine is (longer sentences
-# are paced against the clock: runtime/speech.py, Pacing).
-TEXT = "Hello there. Good morning. See you soon."
+# Sentences that each fit the real build's smallest frame bucket (LEAD_FRAMES) with every voice
+# these tests use, pads included: each is one chunk, decoded whole, so that a stream of them is
+# the same however fast the machine is. A longer sentence is paced against the clock
+# (runtime/speech.py, Pacing): where its decodes end depends on the machine's speed and load.
+TEXT = "Hi there. Good day. See you."
 PARAGRAPH = ("The first sentence is short. The second sentence takes a little longer to say. "
              "Here is a third one, and then a fourth. Finally, the fifth sentence ends it all.")
 API_KEY = "test-key-123"
@@ -75,7 +77,12 @@ class Reference:
         self.create = functools.cache(self.tts.create)
 
     def _stream(self, text: str, voice: str) -> np.ndarray:
-        return np.concatenate([c.samples for c in self.tts.stream(text, voice=voice)])
+        chunks = list(self.tts.stream(text, voice=voice))
+        longest = max(len(c.samples) for c in chunks) // SAMPLES_PER_FRAME
+        assert longest <= LEAD_FRAMES, (
+            f"a sentence of {text!r} takes {longest} frames with {voice}: over {LEAD_FRAMES}, "
+            "its stream is paced against the clock and no longer the same on every machine")
+        return np.concatenate([c.samples for c in chunks])
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +100,18 @@ def pcm_of(data: bytes, fmt: str) -> np.ndarray:
     samples, rate = decode(data, fmt)
     assert rate == SAMPLE_RATE
     return np.round(samples * 32767).astype(np.int16)
+
+
+def assert_same_pcm(got: bytes, want: bytes) -> None:
+    """Two 16-bit PCM bodies are the same samples; a failure says where they part, not the
+    whole of both (seconds of audio would bury every other failure in the report)."""
+    a, b = np.frombuffer(got, "<i2"), np.frombuffer(want, "<i2")
+    if len(a) == len(b) and np.array_equal(a, b):
+        return
+    differ = np.flatnonzero(a[:min(len(a), len(b))] != b[:min(len(a), len(b))])
+    first = int(differ[0]) if len(differ) else min(len(a), len(b))
+    raise AssertionError(f"{len(a)} samples against {len(b)}; they part at sample {first} "
+                         f"({first / SAMPLE_RATE:.3f} s)")
 
 
 def metric(url: str, name: str, labels: str = "") -> float:
@@ -156,7 +175,7 @@ def test_streamed_bytes_arrive_while_the_rest_is_synthesized(server):
     assert metric(server, "kokoro_tvm_queue_depth") == 0
 
 
-def test_sse_events_carry_the_audio_and_end_with_usage(server):
+def test_sse_events_carry_the_audio_and_end_with_usage(server, tts):
     """stream_format sse: OpenAI's speech.audio.delta events (base64 audio) and one
     speech.audio.done with usage; the deltas join into the same audio as a plain stream."""
     body = {"model": "kokoro", "input": TEXT, "voice": "af_heart", "response_format": "pcm",
@@ -173,7 +192,8 @@ def test_sse_events_carry_the_audio_and_end_with_usage(server):
     assert events[-1]["usage"]["input_tokens"] == len(TEXT)
     audio = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
     plain = httpx.post(f"{server}/v1/audio/speech", json=body, timeout=120).content
-    assert audio == plain
+    tts.stream(TEXT, "af_heart")  # checks that TEXT's stream does not depend on the clock
+    assert_same_pcm(audio, plain)
 
 
 def test_curl_downloads_a_wav_and_reads_an_error(server, tmp_path):
@@ -362,7 +382,9 @@ def captioned_words(timestamps: list[dict]) -> list[tuple[str, float, float]]:
 def test_captioned_speech_whole_and_streamed(server, tts):
     """/dev/captioned_speech (Kokoro-FastAPI's shape): one JSON body with the audio and every
     word's times, which are ``Kokoro.create``'s; streamed, one JSON line a chunk, whose audio
-    joins into the plain stream's and whose words join into the same list."""
+    joins into the plain stream's and whose words are the text's, in order. The stream speaks
+    TEXT, whose chunks do not depend on the machine's speed (PARAGRAPH's longer sentences are
+    paced against the clock, so two streams of it may be cut at different words)."""
     body = {"model": "kokoro", "input": PARAGRAPH, "voice": "am_adam",
             "response_format": "wav", "seed": 5}
     whole = httpx.post(f"{server}/dev/captioned_speech", timeout=120,
@@ -375,18 +397,18 @@ def test_captioned_speech_whole_and_streamed(server, tts):
     expected = [(w.text, round(w.start, 3), round(w.end, 3)) for w in words]
     assert captioned_words(reply["timestamps"]) == expected
 
-    lines = []
+    streaming = {**body, "input": TEXT, "response_format": "pcm"}
     with httpx.stream("POST", f"{server}/dev/captioned_speech", timeout=120,
-                      json={**body, "response_format": "pcm"}) as response:
+                      json=streaming) as response:
         assert response.headers["content-type"].startswith("application/x-ndjson")
         lines = [json.loads(line) for line in response.iter_lines() if line]
-    assert len(lines) > 1
+    assert len(lines) == len(TEXT.split(". "))  # a chunk a sentence
     audio = b"".join(base64.b64decode(line["audio"]) for line in lines)
-    plain = httpx.post(f"{server}/v1/audio/speech", timeout=120,
-                       json={**body, "response_format": "pcm"}).content
-    assert audio == plain
+    plain = httpx.post(f"{server}/v1/audio/speech", timeout=120, json=streaming).content
+    assert_same_pcm(audio, plain)
     streamed = [w for line in lines for w in captioned_words(line["timestamps"])]
-    assert [w[0] for w in streamed] == [w[0] for w in expected]
+    _, _, text_words = tts.create(TEXT, voice="am_adam", seed=5, timestamps=True)
+    assert [w[0] for w in streamed] == [w.text for w in text_words]
     starts = [w[1] for w in streamed]
     assert starts == sorted(starts) and streamed[-1][2] <= len(plain) / 2 / SAMPLE_RATE
 
