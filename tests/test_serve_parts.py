@@ -167,6 +167,58 @@ def test_new_jobs_go_first_then_round_robin():
     assert log.index("long:5") > log.index("short:1")
 
 
+class TwoCallChunks(CountingChunks):
+    """CountingChunks whose every chunk is two engine calls of ``seconds`` with a turn of
+    ``scheduler`` between them, as a stream's text side and decode are."""
+
+    def __init__(self, scheduler: Scheduler, *args):
+        super().__init__(*args)
+        self.scheduler = scheduler
+
+    def generate(self):
+        import time
+
+        for i in range(self.count):
+            time.sleep(self.seconds)
+            self.log.append(f"{self.name}:{i} text")
+            self.scheduler.turn()
+            time.sleep(self.seconds)
+            self.log.append(f"{self.name}:{i}")
+            yield Chunk(f"{self.name}:{i}", "", np.zeros(240, np.float32), 0.0)
+
+
+def test_a_new_job_goes_between_the_engine_calls_of_a_streaming_one():
+    """A job that has sent audio gives way at its turns: a job submitted during its chunk's
+    first call makes its first chunk before that chunk's second call, and the turn's time is
+    not counted as the streaming chunk's. A new job's own turns give way to nobody."""
+    chunk_seconds: dict[str, float] = {}
+
+    async def scenario():
+        log: list[str] = []
+        scheduler = Scheduler(max_jobs=4, on_chunk=lambda c, s: chunk_seconds.update({c.text: s}))
+        long = scheduler.submit(iter(TwoCallChunks(scheduler, "long", 3, log, 0.2)),
+                                timeout=60)
+        long_results = long.results()
+        assert (await long_results.__anext__()).text == "long:0"
+        # The worker is in long:1's first call now (0.2 s): both arrive during it.
+        new = scheduler.submit(iter(TwoCallChunks(scheduler, "new", 1, log, 0.2)), timeout=60)
+        late = scheduler.submit(iter(TwoCallChunks(scheduler, "late", 1, log, 0.05)),
+                                timeout=60)
+        got = [c.text async for c in new.results()] + [c.text async for c in late.results()]
+        rest = [c.text async for c in long_results]
+        scheduler.stop()
+        return log, got, rest
+
+    log, got, rest = run(scenario())
+    assert got == ["new:0", "late:0"] and rest == ["long:1", "long:2"]
+    # long:1's turn came after its text side: new, submitted during that call, went first.
+    start = log.index("long:1 text")
+    assert log[start:start + 6] == ["long:1 text", "new:0 text", "new:0", "late:0 text",
+                                    "late:0", "long:1"]
+    assert chunk_seconds["long:1"] == pytest.approx(0.4, abs=0.1)  # its own two calls
+    assert chunk_seconds["new:0"] == pytest.approx(0.4, abs=0.1)
+
+
 def test_a_cancelled_job_stops_before_its_next_chunk_and_is_closed():
     async def scenario():
         log: list[str] = []

@@ -400,13 +400,42 @@ def test_a_shared_engine_plans_as_a_slower_one():
 
     def cut(buffered: float, share: float, seconds_per_frame: float = 0.005):
         pacing = _pacing_at(buffered, seconds_per_frame)
-        pacing.engine_share = lambda: share
+        pacing.sharing = Shared(share)
         return pacing.next_cut(engine, gaps, 48, 330)
 
     assert cut(2.0, 1 / 4, seconds_per_frame=0.00125) == cut(2.0, 1.0)
     assert cut(3.0, 1.0) is None and cut(3.0, 1 / 4) is None
     assert cut(1.0, 1.0) == (112, 7)
     assert cut(1.0, 1 / 4) is None
+
+
+class Shared:
+    """An engine shared with other requests: ``share`` of its time; each turn, the others'
+    work takes ``others`` seconds on ``engine``'s clock (none by default)."""
+
+    def __init__(self, share: float, engine: ClockedEngine | None = None, others: float = 0.0):
+        self.fraction, self.engine, self.others, self.turns = share, engine, others, 0
+
+    def share(self) -> float:
+        return self.fraction
+
+    def turn(self) -> None:
+        self.turns += 1
+        if self.engine is not None:
+            self.engine.now += self.others
+
+
+def test_each_decode_is_a_turn_whose_time_is_not_the_decodes(tiny_assets):
+    """A stream gives its shared engine a turn before every decode (the lead's included); what
+    other requests do in it takes wall time, not the stream's decode time."""
+    engine = ClockedEngine(seconds_per_frame=0.004)
+    sharing = Shared(0.5, engine, others=1.0)
+    chunks = list(speak_chunks(engine, TEXT, "af_heart", speaker=AssetFolder.of_build(tiny_assets),
+                               per_sentence=True, clock=engine.clock, sharing=sharing))
+    assert len(chunks) > 1 and sharing.turns == len(engine.decoded)
+    pacing = Pacing(clock=engine.clock, sharing=sharing)
+    pacing.decode(engine, engine.prosody(list(range(40)), None, 1.0, 0), 50)
+    assert pacing.seconds_per_frame == pytest.approx(0.004)  # the 1 s turn left out
 
 
 def test_pacing_estimates_from_the_streams_own_decodes_slower_at_once_faster_halfway():

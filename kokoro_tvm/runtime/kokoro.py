@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -22,8 +22,10 @@ from kokoro_tvm.facts import DEFAULT_VOICE, SAMPLE_RATE
 from kokoro_tvm.runtime import g2p
 from kokoro_tvm.runtime.model_folder import DEFAULT_MODEL, ModelFolder
 from kokoro_tvm.runtime.speech import (
+    Alone,
     Chunk,
     Engine,
+    EngineSharing,
     SpeechError,
     TimedEngine,
     Word,
@@ -132,18 +134,17 @@ class Kokoro:
 
     def stream(self, text: str, voice: str = DEFAULT_VOICE, speed: float = 1.0,
                lang: str | None = None, *, seed: int = 0, per_sentence: bool = True,
-               progress=None, engine_share: Callable[[], float] = lambda: 1.0
-               ) -> Iterator[Chunk]:
+               progress=None, sharing: EngineSharing = Alone()) -> Iterator[Chunk]:
         """Chunks as each is synthesized (one per sentence by default, the first sentence's
         first words first: speech.LEAD_FRAMES), each with its text, start time and words
         (speech.Word: text, start and end seconds) in the whole audio. ``lang`` defaults to
         the voice's language (its first letter, as in Kokoro: g2p.LANGUAGE_TABLE). A server
-        whose requests take turns on the engine tells each stream its share (``engine_share``,
-        1/N for N requests: speech.Pacing)."""
+        whose requests take turns on the engine passes how (``sharing``: speech.EngineSharing,
+        speech.Pacing)."""
         speed, lang = self.check_request(text, voice, speed, lang, seed)
         yield from speak_chunks(self.engine, text, voice, speaker=self.folder, lang=lang,
                                 speed=speed, seed=seed, per_sentence=per_sentence,
-                                progress=progress, engine_share=engine_share)
+                                progress=progress, sharing=sharing)
 
     def create(self, text: str, voice: str = DEFAULT_VOICE, speed: float = 1.0,
                lang: str | None = None, *, seed: int = 0, timestamps: bool = False

@@ -60,6 +60,28 @@ class LeadingEngine(Engine, Protocol):
         to a bucket)."""
 
 
+class EngineSharing(Protocol):
+    """How a stream shares its engine with other requests (a server's scheduler)."""
+
+    def share(self) -> float:
+        """The share of the engine's time the stream gets now: 1 alone, 1/N where N requests
+        take turns."""
+
+    def turn(self) -> None:
+        """Called before each of the stream's decodes, on the thread that synthesizes: a
+        scheduler may run other requests' work here, between two engine calls of this one."""
+
+
+class Alone:
+    """An engine no other request uses."""
+
+    def share(self) -> float:
+        return 1.0
+
+    def turn(self) -> None:
+        pass
+
+
 class Speaker(VoiceFolder, Protocol):
     """A folder with voices and the phoneme vocabulary (runtime/model_folder.py)."""
 
@@ -200,14 +222,15 @@ class Pacing:
     """A stream against the wall clock (``clock``, in seconds): the audio a player that starts
     at the first chunk has left to play, how fast this engine decodes (measured on the stream's
     own decodes), and from these where each decode of a piece ends (``next_cut``).
-    ``engine_share`` tells the share of the engine's time the stream gets now (1 alone, 1/N
-    where N requests take turns): a decode then ends that much later in wall time, so shared
-    streams plan fewer windows, whose prefix decodes would only add work to a busy engine."""
+    ``sharing`` tells the share of the engine's time the stream gets now (1 alone, 1/N where N
+    requests take turns): a decode then ends that much later in wall time, so shared streams
+    plan fewer windows, whose prefix decodes would only add work to a busy engine. Each decode
+    is a turn of ``sharing`` (EngineSharing.turn)."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter,
-                 engine_share: Callable[[], float] = lambda: 1.0):
+                 sharing: EngineSharing = Alone()):
         self.clock = clock
-        self.engine_share = engine_share
+        self.sharing = sharing
         self.played_until: float | None = None  # when the player runs out of audio
         self.seconds_per_frame = 0.0  # per frame the decoder computes, bucket padding included
 
@@ -227,7 +250,9 @@ class Pacing:
 
     def decode(self, engine: LeadingEngine, prosody: Prosody, frames: int | None) -> np.ndarray:
         """``engine.decode``, timed: a slower decode than expected counts at once, a faster one
-        halfway (the estimate stays on the safe side of a machine whose load comes and goes)."""
+        halfway (the estimate stays on the safe side of a machine whose load comes and goes).
+        The turn comes first: what other requests do in it is not this decode's time."""
+        self.sharing.turn()
         started = self.clock()
         audio = engine.decode(prosody, frames)
         computed = engine.decode_frames(len(audio) // SAMPLES_PER_FRAME)
@@ -263,7 +288,7 @@ class Pacing:
             windows = [windows[len(windows) - 1 - int(i * step)]
                        for i in reversed(range(PLAN_CANDIDATES))]
 
-        seconds_per_frame = self.seconds_per_frame / self.engine_share()
+        seconds_per_frame = self.seconds_per_frame / self.sharing.share()
 
         def outcome(plan: tuple[tuple[int, tuple[int, int]], ...]) -> tuple[float, float]:
             """The plan's longest wait (to the millisecond) and its decoding seconds; infinite
@@ -376,7 +401,7 @@ def speak_chunks(engine: Engine, text: str, voice: str, *, speaker: Speaker,
                  per_sentence: bool = False,
                  progress: Callable[[int, int], None] | None = None,
                  clock: Callable[[], float] = time.perf_counter,
-                 engine_share: Callable[[], float] = lambda: 1.0) -> Iterator[Chunk]:
+                 sharing: EngineSharing = Alone()) -> Iterator[Chunk]:
     """Audio per chunk as each finishes, edges faded so that chunks join without clicks.
 
     ``voice`` is a name or blend from ``speaker``'s voices; ``lang`` defaults to the voice's
@@ -385,7 +410,7 @@ def speak_chunks(engine: Engine, text: str, voice: str, *, speaker: Speaker,
     engine that can (LeadingEngine) speaks the first piece's first words as a lead, and every
     piece in prefix decodes while the audio already yielded would run out before its whole
     decode finished (Pacing, timed by ``clock``: a player is taken to start when the first chunk
-    is yielded; ``engine_share``: the share of the engine this stream gets). Each chunk carries
+    is yielded; ``sharing``: how it shares the engine with other requests). Each chunk carries
     the words whose phonemes start in it, timed in the whole audio (Chunk.words).
     ``progress(done, total)`` is told the sentences spoken so far after each piece of the text
     (before any halving), so a long text can show how far it has got."""
@@ -394,7 +419,7 @@ def speak_chunks(engine: Engine, text: str, voice: str, *, speaker: Speaker,
     lang = lang or g2p.language_of_voice(voice)
     table, vocab = load_voice(voice, speaker), speaker.vocab
     total = len(g2p.sentences(text))
-    pacing = Pacing(clock, engine_share) if per_sentence else None
+    pacing = Pacing(clock, sharing) if per_sentence else None
     done_samples, sentences_done = 0, None
     for i, (piece, sentences_done) in enumerate(
             g2p.pieces(text, g2p.word_phonemizer(lang), vocab, per_sentence=per_sentence)):

@@ -95,7 +95,7 @@ class SpeechService:
         nothing to say, a full queue, the deadline) is still an error response."""
         chunks = self.tts.stream(request.text, request.voice, request.speed, request.lang,
                                  seed=request.seed, per_sentence=request.stream,
-                                 engine_share=self.scheduler.share)
+                                 sharing=self.scheduler)
         try:
             job = self.scheduler.submit(chunks, self.limits.timeout)
         except QueueFull:

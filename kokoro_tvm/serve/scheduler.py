@@ -2,11 +2,14 @@
 chunk.
 
 Each admitted request is a job over its chunk iterator (``Kokoro.stream``). The worker takes
-one chunk at a time: first from jobs that have produced nothing yet (oldest first), so a new
-request's first audio waits for at most the chunk in progress; otherwise round robin, so a
-long text does not hold the engine from the others. Chunks go back to the event loop through
-each job's queue. A job that its client gave up on (``cancel``) or whose deadline passed is
-dropped before its next chunk, and its iterator closed.
+one chunk at a time: first from jobs that have produced nothing yet (oldest first); otherwise
+round robin, so a long text does not hold the engine from the others. A stream that has sent
+audio also gives way between its engine calls (``turn``, before each decode): jobs still
+waiting for their first chunk get it there, so a new request's first audio waits for the
+engine call in progress, not for the rest of another stream's chunk (a sentence's text side
+and its decode). Chunks go back to the event loop through each job's queue. A job that its
+client gave up on (``cancel``) or whose deadline passed is dropped before its next chunk, and
+its iterator closed.
 """
 from __future__ import annotations
 
@@ -60,13 +63,16 @@ class Job:
 
 
 class Scheduler:
-    """The worker thread and its jobs; at most ``max_jobs`` are admitted at once."""
+    """The worker thread and its jobs; at most ``max_jobs`` are admitted at once. It is each
+    stream's speech.EngineSharing (``share``, ``turn``)."""
 
     def __init__(self, max_jobs: int, on_chunk: Callable[[Chunk, float], None] = lambda c, s: None,
                  on_drop: Callable[[str], None] = lambda reason: None):
         self.max_jobs = max_jobs
         self.on_chunk, self.on_drop = on_chunk, on_drop  # for the metrics
         self._jobs: deque[Job] = deque()
+        self._current: Job | None = None  # whose chunk the worker is making
+        self._inside = 0.0  # seconds of other jobs' chunks made inside the current one's turns
         self._wake = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._work, name="synthesis", daemon=True)
@@ -78,6 +84,16 @@ class Scheduler:
     def share(self) -> float:
         """The share of the engine's time each admitted job gets now, as they take turns."""
         return 1 / max(len(self._jobs), 1)
+
+    def turn(self) -> None:
+        """Between two engine calls of the current job, on the worker thread: when it has sent
+        audio already, every job still waiting for its first chunk makes it now (oldest first).
+        Those jobs give way to none (nothing sent yet), so turns do not nest."""
+        current = self._current
+        if current is None or current.produced == 0:
+            return
+        while (job := self._waiting_first(current)) is not None:
+            self._step(job)
 
     def submit(self, chunks: Generator[Chunk, None, None], timeout: float) -> Job:
         """A job for ``chunks``, queued; QueueFull if ``max_jobs`` are admitted already."""
@@ -107,6 +123,16 @@ class Scheduler:
             self._jobs.append(job)  # to the back: the others go before its next chunk
             return job
 
+    def _waiting_first(self, current: Job) -> Job | None:
+        """The oldest job besides ``current`` that has produced nothing, moved to the back."""
+        with self._wake:
+            job = next((j for j in self._jobs if j.produced == 0 and j is not current), None)
+            if job is not None and not self._stopping:
+                self._jobs.remove(job)
+                self._jobs.append(job)
+                return job
+            return None
+
     def _drop(self, job: Job, item, reason: str | None = None) -> None:
         with self._wake:
             self._jobs.remove(job)
@@ -117,21 +143,32 @@ class Scheduler:
 
     def _work(self) -> None:
         while (job := self._next_job()) is not None:
-            if job.cancelled.is_set():
-                self._drop(job, _END, "disconnected")
-                continue
-            if time.monotonic() > job.deadline:
-                self._drop(job, DeadlineExceeded(), "deadline")
-                continue
-            started = time.perf_counter()
-            try:
-                chunk = next(job.chunks)
-            except StopIteration:
-                self._drop(job, _END)
-                continue
-            except Exception as err:  # noqa: BLE001 - the request's error, not the worker's
-                self._drop(job, err)
-                continue
-            job.produced += 1
-            self.on_chunk(chunk, time.perf_counter() - started)
-            job._deliver(chunk)
+            self._step(job)
+
+    def _step(self, job: Job) -> None:
+        """One chunk of ``job`` (or its end), on the worker thread; the chunk's time for the
+        metrics leaves out the chunks other jobs made in its turns."""
+        if job.cancelled.is_set():
+            self._drop(job, _END, "disconnected")
+            return
+        if time.monotonic() > job.deadline:
+            self._drop(job, DeadlineExceeded(), "deadline")
+            return
+        outer, self._current = self._current, job
+        started, inside = time.perf_counter(), self._inside
+        try:
+            chunk = next(job.chunks)
+        except StopIteration:
+            self._drop(job, _END)
+            return
+        except Exception as err:  # noqa: BLE001 - the request's error, not the worker's
+            self._drop(job, err)
+            return
+        finally:
+            self._current = outer
+            elapsed = time.perf_counter() - started
+            own = elapsed - (self._inside - inside)
+            self._inside = inside + elapsed if outer is not None else 0.0
+        job.produced += 1
+        self.on_chunk(chunk, own)
+        job._deliver(chunk)
