@@ -112,11 +112,13 @@ def test_text_checks_name_length_controls_and_emptiness():
 
 
 class CountingChunks:
-    """A job's chunk iterator: ``count`` chunks named ``name:i``, each taking ``seconds``;
-    records when it was closed."""
+    """A job's chunk iterator: ``count`` chunks named ``name:i``, each taking ``seconds``, the
+    last one marked (Chunk.last) where ``marks_last``; records when it was closed."""
 
-    def __init__(self, name: str, count: int, log: list, seconds: float = 0.0):
+    def __init__(self, name: str, count: int, log: list, seconds: float = 0.0,
+                 marks_last: bool = False):
         self.name, self.count, self.log, self.seconds = name, count, log, seconds
+        self.marks_last = marks_last
         self.closed = False
 
     def __iter__(self):
@@ -129,7 +131,9 @@ class CountingChunks:
             for i in range(self.count):
                 time.sleep(self.seconds)
                 self.log.append(f"{self.name}:{i}")
-                yield Chunk(f"{self.name}:{i}", "", np.zeros(240, np.float32), 0.0)
+                yield Chunk(f"{self.name}:{i}", "", np.zeros(240, np.float32), 0.0,
+                            last=self.marks_last and i == self.count - 1)
+            self.log.append(f"{self.name} ended")
         finally:
             self.closed = True
 
@@ -217,6 +221,28 @@ def test_a_new_job_goes_between_the_engine_calls_of_a_streaming_one():
                                     "late:0", "long:1"]
     assert chunk_seconds["long:1"] == pytest.approx(0.4, abs=0.1)  # its own two calls
     assert chunk_seconds["new:0"] == pytest.approx(0.4, abs=0.1)
+
+
+def test_a_job_ends_with_its_last_chunk_where_it_is_marked():
+    """A job whose last chunk is marked ends with it, before the others' next chunks; one
+    whose speaker could not tell ends at its next turn (the iterator's end)."""
+    async def scenario():
+        log: list[str] = []
+        scheduler = Scheduler(max_jobs=4)
+        long = scheduler.submit(iter(CountingChunks("long", 4, log, 0.1)), timeout=60)
+        long_results = long.results()
+        await long_results.__anext__()
+        marked = scheduler.submit(iter(CountingChunks("marked", 2, log, 0.1, True)), timeout=60)
+        unmarked = scheduler.submit(iter(CountingChunks("unmarked", 2, log, 0.1)), timeout=60)
+        for job in (marked, unmarked, long):
+            async for _ in job.results():
+                pass
+        scheduler.stop()
+        return log
+
+    log = run(scenario())
+    assert log.index("marked ended") == log.index("marked:1") + 1
+    assert log.index("unmarked ended") > log.index("long:3") > log.index("unmarked:1")
 
 
 def test_a_cancelled_job_stops_before_its_next_chunk_and_is_closed():

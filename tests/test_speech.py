@@ -217,6 +217,25 @@ def test_a_word_that_never_fits_reports_the_engine_error(tiny_assets):
         speak(LimitedEngine(2), TEXT, "af_heart", speaker=AssetFolder.of_build(tiny_assets))
 
 
+@pytest.mark.parametrize("engine, per_sentence", [
+    (LeadingEngine(10_000), True),  # a lead, then whole sentences
+    (LeadingEngine(30), True),  # the first sentence halved
+    (LimitedEngine(40), False),  # halved pieces, not streamed
+    (LimitedEngine(10_000), False)])  # one chunk
+def test_only_the_texts_last_chunk_is_marked_last(tiny_assets, engine, per_sentence):
+    chunks = list(speak_chunks(engine, TEXT, "af_heart", speaker=AssetFolder.of_build(tiny_assets),
+                               per_sentence=per_sentence))
+    assert [c.last for c in chunks] == [False] * (len(chunks) - 1) + [True]
+
+
+def test_no_chunk_is_marked_last_before_sentences_with_nothing_to_say(tiny_assets):
+    """Trailing sentences the G2P turns into nothing: the last chunk spoken is not known to be
+    the last as it is made (its stream ends at its next turn instead)."""
+    chunks = list(speak_chunks(LeadingEngine(10_000), "Hello there. **", "af_heart",
+                               speaker=AssetFolder.of_build(tiny_assets), per_sentence=True))
+    assert chunks and not any(c.last for c in chunks)
+
+
 def test_chunk_edges_are_faded(tiny_assets):
     chunks = [c.samples for c in speak_chunks(LimitedEngine(40), TEXT, "af_heart",
                                                speaker=AssetFolder.of_build(tiny_assets))]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -111,6 +111,9 @@ class Chunk:
     # not TimedEngine or LeadingEngine); their times may begin a little before start_seconds
     # (KPIPELINE_LEAD_FRAMES) and end a little after the chunk.
     words: tuple[Word, ...] = ()
+    # Nothing follows this chunk: the text's last (known as it is made, so that a server can
+    # end the response with it rather than at the stream's next turn).
+    last: bool = False
 
     @property
     def sample_rate(self) -> int:
@@ -319,6 +322,7 @@ class _Spoken:
     phonemes: str
     samples: np.ndarray
     words: tuple[Word, ...]
+    ends_piece: bool  # the piece's last chunk
 
 
 def _spoken(piece: g2p.Piece, audio: np.ndarray, timed: list[tuple[int, float, float]],
@@ -332,9 +336,10 @@ def _spoken(piece: g2p.Piece, audio: np.ndarray, timed: list[tuple[int, float, f
                   for word, (frame, start, stop) in zip(piece.words, timed)
                   if first <= frame and (end is None or frame < end))
     if first == 0 and end is None:
-        return _Spoken(piece.text, piece.phonemes, audio, words)
+        return _Spoken(piece.text, piece.phonemes, audio, words, ends_piece=True)
     return _Spoken(" ".join(word.text for word in words),
-                   " ".join(piece.phonemes.split(" ")[phoneme_words]), audio, words)
+                   " ".join(piece.phonemes.split(" ")[phoneme_words]), audio, words,
+                   ends_piece=end is None)
 
 
 def _paced(engine: LeadingEngine, piece: g2p.Piece, ids: list[int], prosody: Prosody, space: int,
@@ -386,8 +391,9 @@ def _synthesize_piece(engine: Engine, piece: g2p.Piece, table: np.ndarray, lang:
         halves = g2p.halve(piece, g2p.word_phonemizer(lang))
         if len(halves) < 2:
             raise  # a single word that still does not fit: the error says which bucket to add
-        for half in halves:
-            yield from _synthesize_piece(engine, half, table, lang, vocab, speed, seed, pacing)
+        for k, half in enumerate(halves):
+            for spoken in _synthesize_piece(engine, half, table, lang, vocab, speed, seed, pacing):
+                yield spoken if k == len(halves) - 1 else replace(spoken, ends_piece=False)
         return
     if paced:
         yield from _paced(engine, piece, ids, prosody, space, pacing, vocab)
@@ -429,7 +435,8 @@ def speak_chunks(engine: Engine, text: str, voice: str, *, speaker: Speaker,
                 pacing.sent(len(spoken.samples))
             start = done_samples / SAMPLE_RATE
             words = tuple(Word(w.text, start + w.start, start + w.end) for w in spoken.words)
-            yield Chunk(spoken.text, spoken.phonemes, spoken.samples, start, words)
+            yield Chunk(spoken.text, spoken.phonemes, spoken.samples, start, words,
+                        last=spoken.ends_piece and sentences_done == total)
             done_samples += len(spoken.samples)
         if progress is not None:
             progress(sentences_done, total)

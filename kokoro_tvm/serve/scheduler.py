@@ -7,7 +7,8 @@ round robin, so a long text does not hold the engine from the others. A stream t
 audio also gives way between its engine calls (``turn``, before each decode): jobs still
 waiting for their first chunk get it there, so a new request's first audio waits for the
 engine call in progress, not for the rest of another stream's chunk (a sentence's text side
-and its decode). Chunks go back to the event loop through each job's queue. A job that its
+and its decode). Chunks go back to the event loop through each job's queue; a job ends with
+its last chunk (Chunk.last), where its speaker knows it. A job that its
 client gave up on (``cancel``) or whose deadline passed is dropped before its next chunk, and
 its iterator closed.
 """
@@ -172,3 +173,16 @@ class Scheduler:
         job.produced += 1
         self.on_chunk(chunk, own)
         job._deliver(chunk)
+        if chunk.last:  # its end now, not at its next turn, a round of the others' chunks away
+            self._end(job)
+
+    def _end(self, job: Job) -> None:
+        """After ``job``'s last chunk: its iterator run out (nothing left but bookkeeping) and
+        the end delivered."""
+        try:
+            for chunk in job.chunks:  # none expected; delivered all the same
+                job._deliver(chunk)
+        except Exception as err:  # noqa: BLE001 - the request's error, not the worker's
+            self._drop(job, err)
+            return
+        self._drop(job, _END)
