@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import subprocess
+import threading
 
 import av
 import numpy as np
@@ -173,54 +174,72 @@ def test_new_jobs_go_first_then_round_robin():
 
 class TwoCallChunks(CountingChunks):
     """CountingChunks whose every chunk is two engine calls of ``seconds`` with a turn of
-    ``scheduler`` between them, as a stream's text side and decode are."""
+    ``scheduler`` between them, as a stream's text side and decode are. Chunk ``gated`` waits
+    for ``gate`` before its turn (the test's cue that the jobs meant to arrive during its first
+    call have); ``seconds_of`` records each chunk's wall time from its start to its yield."""
 
-    def __init__(self, scheduler: Scheduler, *args):
+    def __init__(self, scheduler: Scheduler, *args, gated: int | None = None,
+                 gate: threading.Event | None = None):
         super().__init__(*args)
-        self.scheduler = scheduler
+        self.scheduler, self.gated, self.gate = scheduler, gated, gate
+        self.seconds_of: dict[str, float] = {}
 
     def generate(self):
         import time
 
         for i in range(self.count):
+            started = time.perf_counter()
             time.sleep(self.seconds)
             self.log.append(f"{self.name}:{i} text")
+            if i == self.gated:
+                assert self.gate.wait(30), "the test never submitted the new jobs"
             self.scheduler.turn()
             time.sleep(self.seconds)
             self.log.append(f"{self.name}:{i}")
+            self.seconds_of[f"{self.name}:{i}"] = time.perf_counter() - started
             yield Chunk(f"{self.name}:{i}", "", np.zeros(240, np.float32), 0.0)
 
 
 def test_a_new_job_goes_between_the_engine_calls_of_a_streaming_one():
-    """A job that has sent audio gives way at its turns: a job submitted during its chunk's
-    first call makes its first chunk before that chunk's second call, and the turn's time is
+    """A job that has sent audio gives way at its turns: jobs submitted during its chunk's
+    first call make their first chunks before that chunk's second call, and the turn's time is
     not counted as the streaming chunk's. A new job's own turns give way to nobody."""
     chunk_seconds: dict[str, float] = {}
+    submitted = threading.Event()
+    long = TwoCallChunks(None, "long", 3, [], 0.2, gated=1, gate=submitted)
+    new = TwoCallChunks(None, "new", 1, long.log, 0.2)
+    late = TwoCallChunks(None, "late", 1, long.log, 0.05)
 
     async def scenario():
-        log: list[str] = []
         scheduler = Scheduler(max_jobs=4, on_chunk=lambda c, s: chunk_seconds.update({c.text: s}))
-        long = scheduler.submit(iter(TwoCallChunks(scheduler, "long", 3, log, 0.2)),
-                                timeout=60)
-        long_results = long.results()
+        for chunks in (long, new, late):
+            chunks.scheduler = scheduler
+        long_job = scheduler.submit(iter(long), timeout=60)
+        long_results = long_job.results()
         assert (await long_results.__anext__()).text == "long:0"
-        # The worker is in long:1's first call now (0.2 s): both arrive during it.
-        new = scheduler.submit(iter(TwoCallChunks(scheduler, "new", 1, log, 0.2)), timeout=60)
-        late = scheduler.submit(iter(TwoCallChunks(scheduler, "late", 1, log, 0.05)),
-                                timeout=60)
-        got = [c.text async for c in new.results()] + [c.text async for c in late.results()]
+        # The worker is in long:1's first call, or waits at its turn for this cue.
+        new_job = scheduler.submit(iter(new), timeout=60)
+        late_job = scheduler.submit(iter(late), timeout=60)
+        submitted.set()
+        got = [c.text async for c in new_job.results()] + [c.text async for c in
+                                                             late_job.results()]
         rest = [c.text async for c in long_results]
         scheduler.stop()
-        return log, got, rest
+        return got, rest
 
-    log, got, rest = run(scenario())
+    got, rest = run(scenario())
     assert got == ["new:0", "late:0"] and rest == ["long:1", "long:2"]
-    # long:1's turn came after its text side: new, submitted during that call, went first.
+    log = long.log
     start = log.index("long:1 text")
     assert log[start:start + 6] == ["long:1 text", "new:0 text", "new:0", "late:0 text",
                                     "late:0", "long:1"]
-    assert chunk_seconds["long:1"] == pytest.approx(0.4, abs=0.1)  # its own two calls
-    assert chunk_seconds["new:0"] == pytest.approx(0.4, abs=0.1)
+    # Each chunk's time is its own calls: long:1's leaves out the two chunks made in its turn.
+    own = {**long.seconds_of, **new.seconds_of, **late.seconds_of}
+    assert chunk_seconds["new:0"] == pytest.approx(own["new:0"], abs=0.05)
+    assert chunk_seconds["late:0"] == pytest.approx(own["late:0"], abs=0.05)
+    assert chunk_seconds["long:1"] == pytest.approx(
+        own["long:1"] - own["new:0"] - own["late:0"], abs=0.05)
+    assert chunk_seconds["long:1"] >= 0.4
 
 
 def test_a_job_ends_with_its_last_chunk_where_it_is_marked():
