@@ -114,13 +114,19 @@ def test_text_checks_name_length_controls_and_emptiness():
 
 class CountingChunks:
     """A job's chunk iterator: ``count`` chunks named ``name:i``, each taking ``seconds``, the
-    last one marked (Chunk.last) where ``marks_last``; records when it was closed."""
+    last one marked (Chunk.last) where ``marks_last``; records when it was closed. With a
+    ``gate``, chunk 1 waits for it: the test's cue that the jobs meant to arrive during that
+    chunk have, however late the event loop saw chunk 0."""
 
     def __init__(self, name: str, count: int, log: list, seconds: float = 0.0,
-                 marks_last: bool = False):
+                 marks_last: bool = False, gate: threading.Event | None = None):
         self.name, self.count, self.log, self.seconds = name, count, log, seconds
-        self.marks_last = marks_last
+        self.marks_last, self.gate = marks_last, gate
         self.closed = False
+
+    def wait_for_cue(self, i: int) -> None:
+        if i == 1 and self.gate is not None:
+            assert self.gate.wait(30), "the test never gave its cue"
 
     def __iter__(self):
         return self.generate()
@@ -130,6 +136,7 @@ class CountingChunks:
 
         try:
             for i in range(self.count):
+                self.wait_for_cue(i)
                 time.sleep(self.seconds)
                 self.log.append(f"{self.name}:{i}")
                 yield Chunk(f"{self.name}:{i}", "", np.zeros(240, np.float32), 0.0,
@@ -174,14 +181,13 @@ def test_new_jobs_go_first_then_round_robin():
 
 class TwoCallChunks(CountingChunks):
     """CountingChunks whose every chunk is two engine calls of ``seconds`` with a turn of
-    ``scheduler`` between them, as a stream's text side and decode are. Chunk ``gated`` waits
-    for ``gate`` before its turn (the test's cue that the jobs meant to arrive during its first
-    call have); ``seconds_of`` records each chunk's wall time from its start to its yield."""
+    ``scheduler`` between them, as a stream's text side and decode are; chunk 1 waits for its
+    ``gate`` before its turn. ``seconds_of`` records each chunk's wall time from its start to
+    its yield."""
 
-    def __init__(self, scheduler: Scheduler, *args, gated: int | None = None,
-                 gate: threading.Event | None = None):
-        super().__init__(*args)
-        self.scheduler, self.gated, self.gate = scheduler, gated, gate
+    def __init__(self, scheduler: Scheduler | None, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scheduler = scheduler
         self.seconds_of: dict[str, float] = {}
 
     def generate(self):
@@ -191,8 +197,7 @@ class TwoCallChunks(CountingChunks):
             started = time.perf_counter()
             time.sleep(self.seconds)
             self.log.append(f"{self.name}:{i} text")
-            if i == self.gated:
-                assert self.gate.wait(30), "the test never submitted the new jobs"
+            self.wait_for_cue(i)
             self.scheduler.turn()
             time.sleep(self.seconds)
             self.log.append(f"{self.name}:{i}")
@@ -206,7 +211,7 @@ def test_a_new_job_goes_between_the_engine_calls_of_a_streaming_one():
     not counted as the streaming chunk's. A new job's own turns give way to nobody."""
     chunk_seconds: dict[str, float] = {}
     submitted = threading.Event()
-    long = TwoCallChunks(None, "long", 3, [], 0.2, gated=1, gate=submitted)
+    long = TwoCallChunks(None, "long", 3, [], 0.2, gate=submitted)
     new = TwoCallChunks(None, "new", 1, long.log, 0.2)
     late = TwoCallChunks(None, "late", 1, long.log, 0.05)
 
@@ -248,11 +253,14 @@ def test_a_job_ends_with_its_last_chunk_where_it_is_marked():
     async def scenario():
         log: list[str] = []
         scheduler = Scheduler(max_jobs=4)
-        long = scheduler.submit(iter(CountingChunks("long", 4, log, 0.1)), timeout=60)
+        submitted = threading.Event()
+        long = scheduler.submit(iter(CountingChunks("long", 4, log, 0.1, gate=submitted)),
+                                timeout=60)
         long_results = long.results()
         await long_results.__anext__()
         marked = scheduler.submit(iter(CountingChunks("marked", 2, log, 0.1, True)), timeout=60)
         unmarked = scheduler.submit(iter(CountingChunks("unmarked", 2, log, 0.1)), timeout=60)
+        submitted.set()
         for job in (marked, unmarked, long):
             async for _ in job.results():
                 pass
