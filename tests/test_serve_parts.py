@@ -112,21 +112,39 @@ def test_text_checks_name_length_controls_and_emptiness():
         "error": {"message": "m", "type": "invalid_request_error", "param": "p", "code": None}}
 
 
+class Cue:
+    """A job's chunk 1 and a test meeting: the chunk says it has started (the worker is inside
+    it) and waits until the test has submitted the jobs meant to arrive during it. Without it,
+    when the test submits depends on how soon the event loop sees chunk 0 and how soon the
+    worker starts chunk 1: on a busy machine, either can come first."""
+
+    def __init__(self):
+        self.started, self.submitted = threading.Event(), threading.Event()
+
+    def meet(self) -> None:
+        """On the worker thread, at chunk 1's start."""
+        self.started.set()
+        assert self.submitted.wait(30), "the test never submitted its jobs"
+
+    async def inside(self) -> None:
+        """On the event loop: until the worker is inside chunk 1."""
+        assert await asyncio.to_thread(self.started.wait, 30), "chunk 1 never started"
+
+
 class CountingChunks:
     """A job's chunk iterator: ``count`` chunks named ``name:i``, each taking ``seconds``, the
-    last one marked (Chunk.last) where ``marks_last``; records when it was closed. With a
-    ``gate``, chunk 1 waits for it: the test's cue that the jobs meant to arrive during that
-    chunk have, however late the event loop saw chunk 0."""
+    last one marked (Chunk.last) where ``marks_last``; records when it was closed. Chunk 1
+    meets its ``cue`` first, if given."""
 
     def __init__(self, name: str, count: int, log: list, seconds: float = 0.0,
-                 marks_last: bool = False, gate: threading.Event | None = None):
+                 marks_last: bool = False, cue: Cue | None = None):
         self.name, self.count, self.log, self.seconds = name, count, log, seconds
-        self.marks_last, self.gate = marks_last, gate
+        self.marks_last, self.cue = marks_last, cue
         self.closed = False
 
-    def wait_for_cue(self, i: int) -> None:
-        if i == 1 and self.gate is not None:
-            assert self.gate.wait(30), "the test never gave its cue"
+    def meet_cue(self, i: int) -> None:
+        if i == 1 and self.cue is not None:
+            self.cue.meet()
 
     def __iter__(self):
         return self.generate()
@@ -136,7 +154,7 @@ class CountingChunks:
 
         try:
             for i in range(self.count):
-                self.wait_for_cue(i)
+                self.meet_cue(i)
                 time.sleep(self.seconds)
                 self.log.append(f"{self.name}:{i}")
                 yield Chunk(f"{self.name}:{i}", "", np.zeros(240, np.float32), 0.0,
@@ -156,12 +174,15 @@ def test_new_jobs_go_first_then_round_robin():
     async def scenario():
         log: list[str] = []
         scheduler = Scheduler(max_jobs=4)
-        long = scheduler.submit(iter(CountingChunks("long", 6, log, 0.05)), timeout=60)
+        cue = Cue()
+        long = scheduler.submit(iter(CountingChunks("long", 6, log, 0.05, cue=cue)), timeout=60)
         long_results = long.results()
         first = await long_results.__anext__()
         assert first.text == "long:0"
+        await cue.inside()  # both arrive during long:1
         short = scheduler.submit(iter(CountingChunks("short", 2, log, 0.05)), timeout=60)
         other = scheduler.submit(iter(CountingChunks("other", 2, log, 0.05)), timeout=60)
+        cue.submitted.set()
         got = {}
         for name, job in (("short", short), ("other", other)):
             got[name] = [c.text async for c in job.results()]
@@ -172,18 +193,14 @@ def test_new_jobs_go_first_then_round_robin():
     log, got, rest = run(scenario())
     assert got == {"short": ["short:0", "short:1"], "other": ["other:0", "other:1"]}
     assert rest == [f"long:{i}" for i in range(1, 6)]
-    # long:1 may have started before the others arrived; then both new jobs' first chunks
-    # come before any more of long's, and the turns alternate.
-    start = log.index("short:0")
-    assert log[start:start + 2] == ["short:0", "other:0"]
-    assert log.index("long:5") > log.index("short:1")
+    # Both new jobs' first chunks come right after the chunk in progress, then turns alternate.
+    assert log[:6] == ["long:0", "long:1", "short:0", "other:0", "long:2", "short:1"]
 
 
 class TwoCallChunks(CountingChunks):
     """CountingChunks whose every chunk is two engine calls of ``seconds`` with a turn of
-    ``scheduler`` between them, as a stream's text side and decode are; chunk 1 waits for its
-    ``gate`` before its turn. ``seconds_of`` records each chunk's wall time from its start to
-    its yield."""
+    ``scheduler`` between them, as a stream's text side and decode are. ``seconds_of`` records
+    each chunk's wall time from its start to its yield."""
 
     def __init__(self, scheduler: Scheduler | None, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -195,9 +212,9 @@ class TwoCallChunks(CountingChunks):
 
         for i in range(self.count):
             started = time.perf_counter()
+            self.meet_cue(i)
             time.sleep(self.seconds)
             self.log.append(f"{self.name}:{i} text")
-            self.wait_for_cue(i)
             self.scheduler.turn()
             time.sleep(self.seconds)
             self.log.append(f"{self.name}:{i}")
@@ -210,8 +227,8 @@ def test_a_new_job_goes_between_the_engine_calls_of_a_streaming_one():
     first call make their first chunks before that chunk's second call, and the turn's time is
     not counted as the streaming chunk's. A new job's own turns give way to nobody."""
     chunk_seconds: dict[str, float] = {}
-    submitted = threading.Event()
-    long = TwoCallChunks(None, "long", 3, [], 0.2, gate=submitted)
+    cue = Cue()
+    long = TwoCallChunks(None, "long", 3, [], 0.2, cue=cue)
     new = TwoCallChunks(None, "new", 1, long.log, 0.2)
     late = TwoCallChunks(None, "late", 1, long.log, 0.05)
 
@@ -222,10 +239,10 @@ def test_a_new_job_goes_between_the_engine_calls_of_a_streaming_one():
         long_job = scheduler.submit(iter(long), timeout=60)
         long_results = long_job.results()
         assert (await long_results.__anext__()).text == "long:0"
-        # The worker is in long:1's first call, or waits at its turn for this cue.
+        await cue.inside()  # both arrive during long:1's first call
         new_job = scheduler.submit(iter(new), timeout=60)
         late_job = scheduler.submit(iter(late), timeout=60)
-        submitted.set()
+        cue.submitted.set()
         got = [c.text async for c in new_job.results()] + [c.text async for c in
                                                              late_job.results()]
         rest = [c.text async for c in long_results]
@@ -253,14 +270,14 @@ def test_a_job_ends_with_its_last_chunk_where_it_is_marked():
     async def scenario():
         log: list[str] = []
         scheduler = Scheduler(max_jobs=4)
-        submitted = threading.Event()
-        long = scheduler.submit(iter(CountingChunks("long", 4, log, 0.1, gate=submitted)),
-                                timeout=60)
+        cue = Cue()
+        long = scheduler.submit(iter(CountingChunks("long", 4, log, 0.1, cue=cue)), timeout=60)
         long_results = long.results()
         await long_results.__anext__()
+        await cue.inside()  # both arrive during long:1
         marked = scheduler.submit(iter(CountingChunks("marked", 2, log, 0.1, True)), timeout=60)
         unmarked = scheduler.submit(iter(CountingChunks("unmarked", 2, log, 0.1)), timeout=60)
-        submitted.set()
+        cue.submitted.set()
         for job in (marked, unmarked, long):
             async for _ in job.results():
                 pass
@@ -276,17 +293,20 @@ def test_a_cancelled_job_stops_before_its_next_chunk_and_is_closed():
     async def scenario():
         log: list[str] = []
         scheduler = Scheduler(max_jobs=2)
-        chunks = CountingChunks("long", 50, log, 0.02)
+        cue = Cue()
+        chunks = CountingChunks("long", 50, log, 0.02, cue=cue)
         job = scheduler.submit(iter(chunks), timeout=60)
         results = job.results()
         await results.__anext__()
-        await results.aclose()  # what a disconnected client's response does
+        await cue.inside()
+        await results.aclose()  # what a disconnected client's response does, during long:1
+        cue.submitted.set()
         await asyncio.sleep(0.3)
         scheduler.stop()
         return log, chunks, len(scheduler)
 
     log, chunks, queued = run(scenario())
-    assert len(log) < 5 and chunks.closed and queued == 0
+    assert log == ["long:0", "long:1"] and chunks.closed and queued == 0
 
 
 def test_queue_limit_and_deadline():
