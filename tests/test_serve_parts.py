@@ -168,6 +168,15 @@ def run(coroutine):
     return asyncio.run(coroutine)
 
 
+async def inside_chunk_1(scheduler: Scheduler, chunks: CountingChunks):
+    """``chunks`` (with a cue) submitted, its chunk 0 read and the worker inside its chunk 1:
+    where tests submit the jobs meant to arrive while a stream works. Its results."""
+    results = scheduler.submit(iter(chunks), timeout=60).results()
+    assert (await results.__anext__()).text == f"{chunks.name}:0"
+    await chunks.cue.inside()
+    return results
+
+
 def test_new_jobs_go_first_then_round_robin():
     """A job that has produced nothing goes before the others' next chunks; the rest take
     turns, so a long job does not hold the engine."""
@@ -175,11 +184,8 @@ def test_new_jobs_go_first_then_round_robin():
         log: list[str] = []
         scheduler = Scheduler(max_jobs=4)
         cue = Cue()
-        long = scheduler.submit(iter(CountingChunks("long", 6, log, 0.05, cue=cue)), timeout=60)
-        long_results = long.results()
-        first = await long_results.__anext__()
-        assert first.text == "long:0"
-        await cue.inside()  # both arrive during long:1
+        long_results = await inside_chunk_1(
+            scheduler, CountingChunks("long", 6, log, 0.05, cue=cue))  # both arrive in long:1
         short = scheduler.submit(iter(CountingChunks("short", 2, log, 0.05)), timeout=60)
         other = scheduler.submit(iter(CountingChunks("other", 2, log, 0.05)), timeout=60)
         cue.submitted.set()
@@ -236,10 +242,7 @@ def test_a_new_job_goes_between_the_engine_calls_of_a_streaming_one():
         scheduler = Scheduler(max_jobs=4, on_chunk=lambda c, s: chunk_seconds.update({c.text: s}))
         for chunks in (long, new, late):
             chunks.scheduler = scheduler
-        long_job = scheduler.submit(iter(long), timeout=60)
-        long_results = long_job.results()
-        assert (await long_results.__anext__()).text == "long:0"
-        await cue.inside()  # both arrive during long:1's first call
+        long_results = await inside_chunk_1(scheduler, long)  # both arrive in its first call
         new_job = scheduler.submit(iter(new), timeout=60)
         late_job = scheduler.submit(iter(late), timeout=60)
         cue.submitted.set()
@@ -271,15 +274,13 @@ def test_a_job_ends_with_its_last_chunk_where_it_is_marked():
         log: list[str] = []
         scheduler = Scheduler(max_jobs=4)
         cue = Cue()
-        long = scheduler.submit(iter(CountingChunks("long", 4, log, 0.1, cue=cue)), timeout=60)
-        long_results = long.results()
-        await long_results.__anext__()
-        await cue.inside()  # both arrive during long:1
+        long_results = await inside_chunk_1(
+            scheduler, CountingChunks("long", 4, log, 0.1, cue=cue))  # both arrive in long:1
         marked = scheduler.submit(iter(CountingChunks("marked", 2, log, 0.1, True)), timeout=60)
         unmarked = scheduler.submit(iter(CountingChunks("unmarked", 2, log, 0.1)), timeout=60)
         cue.submitted.set()
-        for job in (marked, unmarked, long):
-            async for _ in job.results():
+        for results in (marked.results(), unmarked.results(), long_results):
+            async for _ in results:
                 pass
         scheduler.stop()
         return log
@@ -295,10 +296,7 @@ def test_a_cancelled_job_stops_before_its_next_chunk_and_is_closed():
         scheduler = Scheduler(max_jobs=2)
         cue = Cue()
         chunks = CountingChunks("long", 50, log, 0.02, cue=cue)
-        job = scheduler.submit(iter(chunks), timeout=60)
-        results = job.results()
-        await results.__anext__()
-        await cue.inside()
+        results = await inside_chunk_1(scheduler, chunks)
         await results.aclose()  # what a disconnected client's response does, during long:1
         cue.submitted.set()
         await asyncio.sleep(0.3)
