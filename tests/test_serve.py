@@ -115,8 +115,9 @@ def assert_same_pcm(got: bytes, want: bytes) -> None:
     a, b = np.frombuffer(got, "<i2"), np.frombuffer(want, "<i2")
     if len(a) == len(b) and np.array_equal(a, b):
         return
-    differ = np.flatnonzero(a[:min(len(a), len(b))] != b[:min(len(a), len(b))])
-    first = int(differ[0]) if len(differ) else min(len(a), len(b))
+    common = min(len(a), len(b))
+    differ = np.flatnonzero(a[:common] != b[:common])
+    first = int(differ[0]) if len(differ) else common
     raise AssertionError(f"{len(a)} samples against {len(b)}; they part at sample {first} "
                          f"({first / SAMPLE_RATE:.3f} s)")
 

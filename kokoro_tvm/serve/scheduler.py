@@ -119,20 +119,24 @@ class Scheduler:
                 self._wake.wait()
             if self._stopping:
                 return None
-            job = next((j for j in self._jobs if j.produced == 0), self._jobs[0])
-            self._jobs.remove(job)
-            self._jobs.append(job)  # to the back: the others go before its next chunk
-            return job
+            return self._to_back(self._oldest_new() or self._jobs[0])
 
     def _waiting_first(self, current: Job) -> Job | None:
         """The oldest job besides ``current`` that has produced nothing, moved to the back."""
         with self._wake:
-            job = next((j for j in self._jobs if j.produced == 0 and j is not current), None)
-            if job is not None and not self._stopping:
-                self._jobs.remove(job)
-                self._jobs.append(job)
-                return job
-            return None
+            job = self._oldest_new(besides=current)
+            return None if job is None or self._stopping else self._to_back(job)
+
+    def _oldest_new(self, besides: Job | None = None) -> Job | None:
+        """The oldest admitted job that has produced nothing (``self._wake`` held)."""
+        return next((j for j in self._jobs if j.produced == 0 and j is not besides), None)
+
+    def _to_back(self, job: Job) -> Job:
+        """``job`` moved behind the others, who go before its next chunk (``self._wake``
+        held)."""
+        self._jobs.remove(job)
+        self._jobs.append(job)
+        return job
 
     def _drop(self, job: Job, item, reason: str | None = None) -> None:
         with self._wake:
