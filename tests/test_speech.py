@@ -409,34 +409,33 @@ def test_pacing_decodes_less_when_less_audio_is_left_to_play(margin):
     assert _pacing_at(0.3).next_cut(engine, gaps, 0, 120) == (48, 3)
 
 
-def test_a_shared_engine_plans_as_a_slower_one():
-    """With a quarter of the engine (four streams taking turns), a decode ends four times later:
-    the 2 s left that alone plan the 192-frame window (above) plan as 0.5 s would alone, and
-    where alone the whole fits (3 s left), shared the 128-frame window still cannot save the
-    wait, each window decoding slower than it plays: the whole, with no extra work."""
+def test_a_stream_sharing_its_engine_decodes_each_piece_whole_after_its_lead():
+    """Alone, 1 s of audio left plans a window before the whole; with other requests taking
+    turns, the stream decodes the whole: a window's prefix, decoded again, is engine time the
+    others lose. The lead is the same either way."""
     engine = LeadingEngine(10_000, buckets=(64, 128, 192, 256, 384))
     gaps = [(16 * words, words) for words in range(1, 21)]
 
-    def cut(buffered: float, share: float, seconds_per_frame: float = 0.005):
-        pacing = _pacing_at(buffered, seconds_per_frame)
-        pacing.sharing = Shared(share)
-        return pacing.next_cut(engine, gaps, 48, 330)
+    def cut(buffered: float | None, alone: bool):
+        pacing = _pacing_at(buffered) if buffered is not None else Pacing()
+        pacing.sharing = Shared(alone=alone)
+        return pacing.next_cut(engine, gaps, 0 if buffered is None else 48, 330)
 
-    assert cut(2.0, 1 / 4, seconds_per_frame=0.00125) == cut(2.0, 1.0)
-    assert cut(3.0, 1.0) is None and cut(3.0, 1 / 4) is None
-    assert cut(1.0, 1.0) == (112, 7)
-    assert cut(1.0, 1 / 4) is None
+    assert cut(1.0, alone=True) == (112, 7)
+    assert cut(1.0, alone=False) is None
+    assert cut(None, alone=False) == cut(None, alone=True) == (48, 3)
 
 
 class Shared:
-    """An engine shared with other requests: ``share`` of its time; each turn, the others'
-    work takes ``others`` seconds on ``engine``'s clock (none by default)."""
+    """An engine shared with other requests (or not: ``alone``); each turn, the others' work
+    takes ``others`` seconds on ``engine``'s clock (none by default)."""
 
-    def __init__(self, share: float, engine: ClockedEngine | None = None, others: float = 0.0):
-        self.fraction, self.engine, self.others, self.turns = share, engine, others, 0
+    def __init__(self, engine: ClockedEngine | None = None, others: float = 0.0,
+                 alone: bool = False):
+        self.engine, self.others, self.is_alone, self.turns = engine, others, alone, 0
 
-    def share(self) -> float:
-        return self.fraction
+    def alone(self) -> bool:
+        return self.is_alone
 
     def turn(self) -> None:
         self.turns += 1
@@ -448,7 +447,7 @@ def test_each_decode_is_a_turn_whose_time_is_not_the_decodes(tiny_assets):
     """A stream gives its shared engine a turn before every decode (the lead's included); what
     other requests do in it takes wall time, not the stream's decode time."""
     engine = ClockedEngine(seconds_per_frame=0.004)
-    sharing = Shared(0.5, engine, others=1.0)
+    sharing = Shared(engine, others=1.0)
     chunks = list(speak_chunks(engine, TEXT, "af_heart", speaker=AssetFolder.of_build(tiny_assets),
                                per_sentence=True, clock=engine.clock, sharing=sharing))
     assert len(chunks) > 1 and sharing.turns == len(engine.decoded)

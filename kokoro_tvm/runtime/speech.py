@@ -63,9 +63,8 @@ class LeadingEngine(Engine, Protocol):
 class EngineSharing(Protocol):
     """How a stream shares its engine with other requests (a server's scheduler)."""
 
-    def share(self) -> float:
-        """The share of the engine's time the stream gets now: 1 alone, 1/N where N requests
-        take turns."""
+    def alone(self) -> bool:
+        """Whether the stream has the engine to itself now (no other request takes turns)."""
 
     def turn(self) -> None:
         """Called before each of the stream's decodes, on the thread that synthesizes: a
@@ -75,8 +74,8 @@ class EngineSharing(Protocol):
 class Alone:
     """An engine no other request uses."""
 
-    def share(self) -> float:
-        return 1.0
+    def alone(self) -> bool:
+        return True
 
     def turn(self) -> None:
         pass
@@ -138,12 +137,14 @@ LEAD_CONTEXT_FRAMES = 16
 CROSSFADE_SAMPLES = SAMPLES_PER_FRAME
 FRAME_SECONDS = SAMPLES_PER_FRAME / SAMPLE_RATE
 
-# After the lead, every piece of a stream is paced (Pacing): while the audio already sent would
-# run out before the piece's whole decode finished, the piece is spoken as growing prefix
-# decodes of its prosody (each from frame 0, as the lead, so SineGen's phase and noise are the
-# whole's), each chunk the frames from the last cut to a later word gap, LEAD_CONTEXT_FRAMES
-# before its window's end. Plans take a decode to last PACING_MARGIN times what the stream's own
-# decodes so far predict: the machine's load changes between decodes.
+# After the lead, every piece of a stream alone on its engine is paced (Pacing): while the audio
+# already sent would run out before the piece's whole decode finished, the piece is spoken as
+# growing prefix decodes of its prosody (each from frame 0, as the lead, so SineGen's phase and
+# noise are the whole's), each chunk the frames from the last cut to a later word gap,
+# LEAD_CONTEXT_FRAMES before its window's end. Plans take a decode to last PACING_MARGIN times
+# what the stream's own decodes so far predict: the machine's load changes between decodes. A
+# stream that shares its engine decodes each piece whole: a window decodes its prefix again,
+# engine time the other requests' streams lose (docs/serving.md, Windows only alone).
 PACING_MARGIN = 1.25
 # Plans look this many windows ahead, among at most PLAN_CANDIDATES windows (one per decoder
 # bucket: its last gap): 697 plans at most, a few milliseconds against decodes of 0.1 s and more.
@@ -225,10 +226,9 @@ class Pacing:
     """A stream against the wall clock (``clock``, in seconds): the audio a player that starts
     at the first chunk has left to play, how fast this engine decodes (measured on the stream's
     own decodes), and from these where each decode of a piece ends (``next_cut``).
-    ``sharing`` tells the share of the engine's time the stream gets now (1 alone, 1/N where N
-    requests take turns): a decode then ends that much later in wall time, so shared streams
-    plan fewer windows, whose prefix decodes would only add work to a busy engine. Each decode
-    is a turn of ``sharing`` (EngineSharing.turn)."""
+    ``sharing`` tells whether other requests take turns on the engine now: a stream plans
+    windows only alone (see PACING_MARGIN). Each decode is a turn of ``sharing``
+    (EngineSharing.turn)."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter,
                  sharing: EngineSharing = Alone()):
@@ -270,15 +270,18 @@ class Pacing:
                  ) -> tuple[int, int] | None:
         """Where the next decode of a piece of ``total`` frames, spoken up to frame ``cut``,
         ends: a word gap of ``gaps`` (its window LEAD_CONTEXT_FRAMES longer), or None for the
-        whole piece. The stream's first decode is its lead; later ones are the first step of
-        the plan (up to PLAN_WINDOWS windows, then the whole) whose longest expected wait is
-        shortest, then whose decoding is least."""
+        whole piece. The stream's first decode is its lead; later ones, alone on the engine,
+        are the first step of the plan (up to PLAN_WINDOWS windows, then the whole) whose
+        longest expected wait is shortest, then whose decoding is least; sharing it, the
+        whole."""
         buffered = self.buffered_seconds()
         if buffered is None:
             lead = _lead(gaps, total)
             if lead is None or engine.decode_frames(lead[0] + LEAD_CONTEXT_FRAMES) > LEAD_FRAMES:
                 return None
             return lead
+        if not self.sharing.alone():
+            return None
         whole = engine.decode_frames(total)
         by_bucket = {}  # a window's last gap: the most audio for the same decode
         for frame, words in gaps:
@@ -291,15 +294,13 @@ class Pacing:
             windows = [windows[len(windows) - 1 - int(i * step)]
                        for i in reversed(range(PLAN_CANDIDATES))]
 
-        seconds_per_frame = self.seconds_per_frame / self.sharing.share()
-
         def outcome(plan: tuple[tuple[int, tuple[int, int]], ...]) -> tuple[float, float]:
             """The plan's longest wait (to the millisecond) and its decoding seconds; infinite
             for a plan with a window that takes longer to decode than to play (on a machine too
             busy to keep up, windows would only add decoding)."""
             left, worst, decoding, spoken = buffered, 0.0, 0.0, cut
             for computed, frame in [(c, gap[0]) for c, gap in plan] + [(whole, total)]:
-                seconds = PACING_MARGIN * seconds_per_frame * computed
+                seconds = PACING_MARGIN * self.seconds_per_frame * computed
                 if frame < total and seconds >= (frame - spoken) * FRAME_SECONDS:
                     return math.inf, math.inf
                 worst = max(worst, seconds - left)

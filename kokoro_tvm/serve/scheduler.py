@@ -65,7 +65,7 @@ class Job:
 
 class Scheduler:
     """The worker thread and its jobs; at most ``max_jobs`` are admitted at once. It is each
-    stream's speech.EngineSharing (``share``, ``turn``)."""
+    stream's speech.EngineSharing (``alone``, ``turn``)."""
 
     def __init__(self, max_jobs: int, on_chunk: Callable[[Chunk, float], None] = lambda c, s: None,
                  on_drop: Callable[[str], None] = lambda reason: None):
@@ -82,9 +82,9 @@ class Scheduler:
     def __len__(self) -> int:
         return len(self._jobs)
 
-    def share(self) -> float:
-        """The share of the engine's time each admitted job gets now, as they take turns."""
-        return 1 / max(len(self._jobs), 1)
+    def alone(self) -> bool:
+        """Whether one job at most is admitted now: no other takes turns with it."""
+        return len(self._jobs) <= 1
 
     def turn(self) -> None:
         """Between two engine calls of the current job, on the worker thread: when it has sent
