@@ -4,9 +4,10 @@ httpx load generator bounded in requests and time.
 
 Per engine: a baseline (short requests one at a time: their time to first byte with no other
 load), then 1, 2 and 4 clients each sending a fixed mix of short and long texts as streamed
-PCM. Per level: audio seconds served per wall second and its ratio to the engine alone (audio
-per second times the server's own synthesis seconds per audio second with one client, from
-/metrics: 1 when the engine never waits and concurrency does not slow it), time to first
+PCM, then 1 client again. Per level: audio seconds served per wall second and its ratio to the
+engine alone (audio per second times the server's own synthesis seconds per audio second with
+one client, from /metrics, the mean of the levels before and after the loaded ones: 1 when
+the engine never waits and concurrency does not slow it), time to first
 byte p50/p95 of short requests sent while a long one streamed (from its first byte to its
 end; a short request sent with a long one, before it streams, waits for other requests' first
 chunks, not for a stream: the p95 of every short request is beside it), the worst stall of any
@@ -229,6 +230,14 @@ def _level_figures(served: list[Served], wall: float, before: dict, after: dict
     }
 
 
+def _level(server: Server, clients: int) -> dict[str, Any]:
+    """``clients`` clients sending MIX (REQUESTS_PER_CLIENT each): the level's figures."""
+    before = server.counters()
+    served, wall = asyncio.run(_load(server.url, clients, REQUESTS_PER_CLIENT, MIX,
+                                     LEVEL_SECONDS))
+    return _level_figures(served, wall, before, server.counters())
+
+
 def bench_engine(model: Path, engine: str, threads: int, work: Path, soak: bool,
                  python: str | Path = sys.executable) -> dict[str, Any]:
     threads_env = {"TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
@@ -241,14 +250,16 @@ def bench_engine(model: Path, engine: str, threads: int, work: Path, soak: bool,
         figures["baseline"] = {"requests": len(served), "errors": len(served) - len(alone),
                                "ttfb_short_p50": _percentile(alone, 0.5),
                                "ttfb_short_p95": _percentile(alone, 0.95)}
-        for clients in LEVELS:
-            before = server.counters()
-            served, wall = asyncio.run(_load(server.url, clients, REQUESTS_PER_CLIENT, MIX,
-                                             LEVEL_SECONDS))
-            level = _level_figures(served, wall, before, server.counters())
+        levels = {clients: _level(server, clients) for clients in LEVELS}
+        # The engine alone on both sides of the loaded levels: a shared host's speed drifts by
+        # more than the throughput goal's 10% within minutes, and the loaded levels ran between.
+        again = _level(server, 1)
+        rtfs = [levels[1]["engine_rtf"], again["engine_rtf"]]
+        alone_rtf = sum(rtfs) / 2 if all(rtfs) else None
+        figures["engine_alone"] = {"rtf_before": rtfs[0], "rtf_after": rtfs[1], "rtf": alone_rtf}
+        for clients, level in levels.items():
             # 1 when the server delivers audio as fast as its engine makes it for one client
             # at a time, always busy: below, concurrency slows the engine or leaves it idle.
-            alone_rtf = figures["clients_1"]["engine_rtf"] if clients > 1 else level["engine_rtf"]
             level["throughput_vs_engine"] = (level["audio_per_second"] * alone_rtf
                                              if alone_rtf else None)
             p95, alone_p95 = level["ttfb_short_p95"], figures["baseline"]["ttfb_short_p95"]
@@ -315,6 +326,10 @@ def summary(figures: dict[str, Any]) -> str:
                          f"{num(f['ttfb_short_p95']):>8} {num(f['ttfb_short_p95_vs_alone']):>9} "
                          f"{num(f['ttfb_every_short_p95']):>9} {num(f['worst_stall']):>6} "
                          f"{f['errors']:>6}")
+        alone = by_level["engine_alone"]
+        lines.append(f"{engine:6} engine alone: {num(alone['rtf_before'], '.3f')} s of synthesis "
+                     f"per audio second before the loaded levels, "
+                     f"{num(alone['rtf_after'], '.3f')} after")
         lines.append(f"{engine:6} peak RSS {by_level['peak_rss_mb']:.0f} MB, loaded in "
                      f"{by_level['load_seconds']:.1f} s")
         if "soak" in by_level:
