@@ -229,3 +229,15 @@ def longest_chains_first(wildcards):
     buckets first. The decoder's chain grows with its bucket to minutes (its export runs
     PyTorch three times over it); started late, one of them ends the build alone."""
     return int(wildcards.bucket) if COMPONENTS[wildcards.component].axis == "frames" else 0
+
+
+onstart:
+    # Snakemake's job rate limiter runs another scheduling round a window after every round
+    # that leaves a job waiting, and every finished job starts one more such chain
+    # (snakemake/snakemake#3744): with the profile's 3 s window, a local default build still
+    # gave 16% of a core to those rounds. Jobs that run on this machine need no submission
+    # limit, so a local run goes without it; cluster runs keep the profile's window. Snakemake
+    # 9's scheduler holds it as `job_rate_limiter` (None is its own "no limit", as in a dry
+    # run); tests/test_workflow_lint.py checks that it still does.
+    if workflow.local_exec and workflow.scheduler is not None:
+        workflow.scheduler.job_rate_limiter = None

@@ -102,17 +102,17 @@ def model_folder(root: Path, target: str = "llvm") -> Path:
 
 def run_snakemake(workdir: Path, *args: str, configfiles=(TINY,), check: bool = True,
                   snakefile: Path = REPO / "Snakefile",
-                  command: Sequence[str] = ("snakemake", "--cores", "2")
-                  ) -> subprocess.CompletedProcess:
+                  command: Sequence[str] = ("snakemake", "--cores", "2"),
+                  timeout: float | None = None) -> subprocess.CompletedProcess:
     """Runs ``command`` (its first word found in this environment, as an activated one would)
     on the workflow in ``workdir`` (results/ land there) with ``args`` and the given config
-    overrides."""
+    overrides, for at most ``timeout`` seconds (subprocess.TimeoutExpired)."""
     command = [str(BIN / command[0]), *command[1:], "--snakefile", str(snakefile),
                "--directory", str(workdir), *args]
     if configfiles:  # last: --configfile takes every following word as a file
         command += ["--configfile", *map(str, configfiles)]
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
     if check and done.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
     return done

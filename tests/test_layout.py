@@ -227,3 +227,15 @@ def test_cpu_lowering_loads_no_gpu_only_module(built):
     assert len(artifacts) >= 5 and any("/tir_vec/" in p for p in artifacts), artifacts
     assert not set(GPU_ONLY) & set(cpu), sorted(set(GPU_ONLY) & set(cpu))
     assert set(GPU_ONLY) <= set(after_cuda)
+
+
+def test_a_local_run_is_not_held_by_snakemakes_job_rate_limit(tmp_path):
+    """rules/common.smk drops Snakemake's job rate limiter in local runs (its timers cost the
+    jobs CPU): with a limit of one job per ten minutes on the command line, the tiny model's
+    weights and its five components' params (six jobs) still run in one go."""
+    params = [f"results/params/{component}.npz" for component in COMPONENTS]
+    try:
+        run_snakemake(tmp_path, "--max-jobs-per-timespan", "1/600s", *params, timeout=300)
+    except subprocess.TimeoutExpired as err:
+        raise AssertionError("the run waited for the rate limit's window") from err
+    assert all((tmp_path / path).is_file() for path in params)
