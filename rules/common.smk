@@ -238,6 +238,6 @@ onstart:
     # gave 16% of a core to those rounds. Jobs that run on this machine need no submission
     # limit, so a local run goes without it; cluster runs keep the profile's window. Snakemake
     # 9's scheduler holds it as `job_rate_limiter` (None is its own "no limit", as in a dry
-    # run); tests/test_workflow_lint.py checks that it still does.
+    # run); tests/test_layout.py fails if a local run waits for it.
     if workflow.local_exec and workflow.scheduler is not None:
         workflow.scheduler.job_rate_limiter = None
