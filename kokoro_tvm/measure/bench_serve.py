@@ -3,11 +3,12 @@ reference engine, one after the other in one run, on a loopback port, called by 
 httpx load generator bounded in requests and time.
 
 Per engine: a baseline (short requests one at a time: their time to first byte with no other
-load), then 1, 2 and 4 clients each sending a fixed mix of short and long texts as streamed
-PCM, then 1 client again. Per level: audio seconds served per wall second and its ratio to the
-engine alone (audio per second times the server's own synthesis seconds per audio second with
-one client, from /metrics, the mean of the levels before and after the loaded ones: 1 when
-the engine never waits and concurrency does not slow it), time to first
+load), then levels of clients each sending a fixed mix of short and long texts as streamed
+PCM, in the order ORDER: every loaded level between two levels of one client. Per level: audio
+seconds served per wall second and its ratio to the engine alone (audio per second times the
+server's own synthesis seconds per audio second, from /metrics, with one client: the level's
+own for one client, the mean of the two around it for a loaded level; 1 when the engine never
+waits and concurrency does not slow it), time to first
 byte p50/p95 of short requests sent while a long one streamed (from its first byte to its
 end; a short request sent with a long one, before it streams, waits for other requests' first
 chunks, not for a stream: the p95 of every short request is beside it), the worst stall of any
@@ -32,7 +33,9 @@ from kokoro_tvm.facts import SAMPLE_RATE
 from kokoro_tvm.measure.metrics import worst_stall
 
 ENGINES = ("tvm", "torch")
-LEVELS = (1, 2, 4)
+# A shared host's speed drifts by more than the throughput goal's 10% within minutes: each
+# loaded level is compared with the engine alone just before and just after it.
+ORDER = (1, 2, 1, 4, 1)
 SHORT = ("Hello there.", "Yes, that works for me.", "Thank you very much!",
          "See you tomorrow at noon.", "The meeting has been moved to Friday.")
 LONG = ("When the last train had left and the platform lights were dimmed one by one, the "
@@ -250,22 +253,20 @@ def bench_engine(model: Path, engine: str, threads: int, work: Path, soak: bool,
         figures["baseline"] = {"requests": len(served), "errors": len(served) - len(alone),
                                "ttfb_short_p50": _percentile(alone, 0.5),
                                "ttfb_short_p95": _percentile(alone, 0.95)}
-        levels = {clients: _level(server, clients) for clients in LEVELS}
-        # The engine alone on both sides of the loaded levels: a shared host's speed drifts by
-        # more than the throughput goal's 10% within minutes, and the loaded levels ran between.
-        again = _level(server, 1)
-        rtfs = [levels[1]["engine_rtf"], again["engine_rtf"]]
-        alone_rtf = sum(rtfs) / 2 if all(rtfs) else None
-        figures["engine_alone"] = {"rtf_before": rtfs[0], "rtf_after": rtfs[1], "rtf": alone_rtf}
-        for clients, level in levels.items():
+        runs = [dict(_level(server, clients), clients=clients) for clients in ORDER]
+        for i, level in enumerate(runs):
             # 1 when the server delivers audio as fast as its engine makes it for one client
             # at a time, always busy: below, concurrency slows the engine or leaves it idle.
-            level["throughput_vs_engine"] = (level["audio_per_second"] * alone_rtf
-                                             if alone_rtf else None)
+            around = ([level] if level["clients"] == 1 else
+                      [runs[j] for j in (i - 1, i + 1) if runs[j]["clients"] == 1])
+            rtfs = [run["engine_rtf"] for run in around]
+            level["engine_alone_rtf"] = sum(rtfs) / len(rtfs) if all(rtfs) else None
+            level["throughput_vs_engine"] = (level["audio_per_second"] * level["engine_alone_rtf"]
+                                             if level["engine_alone_rtf"] else None)
             p95, alone_p95 = level["ttfb_short_p95"], figures["baseline"]["ttfb_short_p95"]
             level["ttfb_short_p95_vs_alone"] = p95 / alone_p95 if p95 and alone_p95 else None
-            figures[f"clients_{clients}"] = level
-            print(f"{engine} {clients} clients: {level}", file=sys.stderr)
+            print(f"{engine}: {level}", file=sys.stderr)
+        figures["levels"] = runs
         if soak:
             figures["soak"] = _soak(server)
         figures["peak_rss_mb"] = server.peak_rss_mb()
@@ -295,7 +296,7 @@ def run(model: str | Path, engines: Sequence[str], threads: int, out_json: str |
     work = out_json.parent / f"{out_json.stem}_logs"
     work.mkdir(parents=True, exist_ok=True)
     figures: dict[str, Any] = {"model": str(model), "threads": threads,
-                               "levels": list(LEVELS), "requests_per_client": REQUESTS_PER_CLIENT,
+                               "order": list(ORDER), "requests_per_client": REQUESTS_PER_CLIENT,
                                "mix": list(MIX), "engines": {},
                                "tvm_python": str(runtime_python or sys.executable)}
     for engine in engines:
@@ -308,7 +309,8 @@ def run(model: str | Path, engines: Sequence[str], threads: int, out_json: str |
 
 def summary(figures: dict[str, Any]) -> str:
     """The figures as a table: one line per engine and level."""
-    lines = [f"{'engine':6} {'clients':>7} {'audio/s':>8} {'vs engine':>9} {'ttfb p50':>8} "
+    lines = [f"{'engine':6} {'clients':>7} {'audio/s':>8} {'vs engine':>9} {'rtf':>6} "
+             f"{'ttfb p50':>8} "
              f"{'ttfb p95':>8} {'p95/alone':>9} {'every p95':>9} {'stall':>6} {'errors':>6}"]
 
     def num(value, fmt=".2f"):
@@ -316,20 +318,17 @@ def summary(figures: dict[str, Any]) -> str:
 
     for engine, by_level in figures["engines"].items():
         base = by_level["baseline"]
-        lines.append(f"{engine:6} {'alone':>7} {'':>8} {'':>9} {num(base['ttfb_short_p50']):>8} "
+        lines.append(f"{engine:6} {'alone':>7} {'':>8} {'':>9} {'':>6} "
+                     f"{num(base['ttfb_short_p50']):>8} "
                      f"{num(base['ttfb_short_p95']):>8} {'':>9} {'':>9} {'':>6} "
                      f"{base['errors']:>6}")
-        for clients in figures["levels"]:
-            f = by_level[f"clients_{clients}"]
-            lines.append(f"{engine:6} {clients:>7} {num(f['audio_per_second']):>8} "
-                         f"{num(f['throughput_vs_engine']):>9} {num(f['ttfb_short_p50']):>8} "
+        for f in by_level["levels"]:
+            lines.append(f"{engine:6} {f['clients']:>7} {num(f['audio_per_second']):>8} "
+                         f"{num(f['throughput_vs_engine']):>9} {num(f['engine_rtf'], '.3f'):>6} "
+                         f"{num(f['ttfb_short_p50']):>8} "
                          f"{num(f['ttfb_short_p95']):>8} {num(f['ttfb_short_p95_vs_alone']):>9} "
                          f"{num(f['ttfb_every_short_p95']):>9} {num(f['worst_stall']):>6} "
                          f"{f['errors']:>6}")
-        alone = by_level["engine_alone"]
-        lines.append(f"{engine:6} engine alone: {num(alone['rtf_before'], '.3f')} s of synthesis "
-                     f"per audio second before the loaded levels, "
-                     f"{num(alone['rtf_after'], '.3f')} after")
         lines.append(f"{engine:6} peak RSS {by_level['peak_rss_mb']:.0f} MB, loaded in "
                      f"{by_level['load_seconds']:.1f} s")
         if "soak" in by_level:
