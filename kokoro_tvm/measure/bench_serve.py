@@ -36,6 +36,8 @@ ENGINES = ("tvm", "torch")
 # A shared host's speed drifts by more than the throughput goal's 10% within minutes: each
 # loaded level is compared with the engine alone just before and just after it.
 ORDER = (1, 2, 1, 4, 1)
+assert all(0 < i < len(ORDER) - 1 and ORDER[i - 1] == ORDER[i + 1] == 1
+           for i, clients in enumerate(ORDER) if clients != 1)
 SHORT = ("Hello there.", "Yes, that works for me.", "Thank you very much!",
          "See you tomorrow at noon.", "The meeting has been moved to Friday.")
 LONG = ("When the last train had left and the platform lights were dimmed one by one, the "
@@ -257,8 +259,7 @@ def bench_engine(model: Path, engine: str, threads: int, work: Path, soak: bool,
         for i, level in enumerate(runs):
             # 1 when the server delivers audio as fast as its engine makes it for one client
             # at a time, always busy: below, concurrency slows the engine or leaves it idle.
-            around = ([level] if level["clients"] == 1 else
-                      [runs[j] for j in (i - 1, i + 1) if runs[j]["clients"] == 1])
+            around = [level] if level["clients"] == 1 else [runs[i - 1], runs[i + 1]]
             rtfs = [run["engine_rtf"] for run in around]
             level["engine_alone_rtf"] = sum(rtfs) / len(rtfs) if all(rtfs) else None
             level["throughput_vs_engine"] = (level["audio_per_second"] * level["engine_alone_rtf"]
