@@ -49,6 +49,10 @@ class Component:
     # Length-exact fidelity (docs/fidelity.md); every component's inputs carry a
     # mask (True on padding): input or output name -> (its length axis, positions per valid one).
     length_axes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Function arguments longer than a multiple of the length by a few positions (the decoder
+    # body's ``har``: STFT frames, one more than hop-sized steps): name -> (axis, extra
+    # positions); how many per valid position, the traced shape says (model/components.py).
+    offset_axes: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Whether the mask is 1 on the valid positions instead (BERT's attention_mask).
     mask_marks_valid: bool = False
     # Outputs of the chained functions judged by spectral metrics (ill-conditioned end to end),
@@ -109,6 +113,7 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in (
                            "frame_mask": (1, 1),
                            "sine_noise": (1, SAMPLES_PER_FRAME),
                            "audio": (1, SAMPLES_PER_FRAME)},
+              offset_axes={"har": (2, 1)},
               spectral_outputs=("audio",), spectral_probe=("f0", (1e-6, -1e-6)),
               float64_output="har"),
 )}

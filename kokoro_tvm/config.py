@@ -28,6 +28,13 @@ def schema() -> dict[str, Any]:
     return yaml.safe_load(text)
 
 
+def bucket_range(axis: str) -> tuple[int, int | None]:
+    """The smallest and largest bucket the schema allows for ``axis`` (tokens or frames; None:
+    no largest)."""
+    items = schema()["$defs"][f"{axis[:-1]}_buckets"]["items"]
+    return items["minimum"], items.get("maximum")
+
+
 def _key(path) -> str:
     """'voices.names[2]' from jsonschema's path deque."""
     out = ""

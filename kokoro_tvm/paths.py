@@ -37,10 +37,11 @@ ASSET_VOICE_DIR = f"{ASSETS}/{MODEL_VOICE_DIR}"
 ASSET_VOICE = f"{ASSETS}/{MODEL_VOICE}"
 ASSET_VOICES_PROVENANCE = f"{ASSET_VOICE_DIR}/provenance.json"
 
-EXPORT = f"{RESULTS}/export/{{component}}/b{{bucket}}.pt2"
-# What PyTorch computes on the exported bucket's example inputs (validation reads it).
-EXPORT_REFERENCE = f"{RESULTS}/export/{{component}}/b{{bucket}}.reference.npz"
-RELAX = f"{RESULTS}/relax/{{component}}/{{lstm}}/b{{bucket}}.json"
+# One program per component, its length symbolic; one import per (component, lstm).
+EXPORT = f"{RESULTS}/export/{{component}}.pt2"
+# What PyTorch computes on a bucket's example inputs (validation reads it).
+REFERENCE = f"{RESULTS}/reference/{{component}}/b{{bucket}}.npz"
+RELAX = f"{RESULTS}/relax/{{component}}/{{lstm}}.json"
 PARAMS = f"{RESULTS}/params/{{component}}.npz"
 TUNE = f"{RESULTS}/tune/{{target}}/{{component}}/{{lstm}}/b{{bucket}}"
 LOWERED = f"{RESULTS}/lowered/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.json"

@@ -226,9 +226,14 @@ def validation_threads(wildcards):
 
 def longest_chains_first(wildcards):
     """Priority of a library's jobs (export to validate): the frame-side ones first, larger
-    buckets first. The decoder's chain grows with its bucket to minutes (its export runs
-    PyTorch three times over it); started late, one of them ends the build alone."""
-    return int(wildcards.bucket) if COMPONENTS[wildcards.component].axis == "frames" else 0
+    buckets first. The decoder's chain grows with its bucket to minutes (its reference runs
+    PyTorch four times over it); started late, one of them ends the build alone. A job for
+    every bucket of a component (export, relax) goes with its largest."""
+    if COMPONENTS[wildcards.component].axis != "frames":
+        return 0
+    if hasattr(wildcards, "bucket"):
+        return int(wildcards.bucket)
+    return max(setting(f"buckets.{wildcards.component}"))
 
 
 onstart:

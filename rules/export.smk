@@ -9,18 +9,15 @@ rule export:
         script=script("export.py"),
     output:
         pt2=paths.EXPORT,
-        reference=paths.EXPORT_REFERENCE,
     params:
-        seed=setting("validation.seed"),
         versions=versions("torch", "kokoro"),
     priority: longest_chains_first
     log:
-        "logs/export/{component}/b{bucket}.log",
+        "logs/export/{component}.log",
     benchmark:
-        "benchmarks/export/{component}/b{bucket}.tsv"
+        "benchmarks/export/{component}.tsv"
     conda:
         "../envs/kokoro-tvm.yaml"
     shell:
         "python {input.script} --checkpoint {input.checkpoint} --model-config {input.config}"
-        " --component {wildcards.component} --bucket {wildcards.bucket} --seed {params.seed}"
-        " --out {output.pt2} --out-reference {output.reference} > {log} 2>&1"
+        " --component {wildcards.component} --out {output.pt2} > {log} 2>&1"

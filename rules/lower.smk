@@ -22,5 +22,6 @@ rule lower:
     conda:
         "../envs/kokoro-tvm.yaml"
     shell:
-        "python {input.script} --relax {input.relax} --target-options '{params.options}'"
+        "python {input.script} --relax {input.relax} --bucket {wildcards.bucket}"
+        " --target-options '{params.options}'"
         " --precision {params.precision} --out {output.lowered} {params.tuning} > {log} 2>&1"

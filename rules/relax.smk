@@ -12,9 +12,9 @@ rule relax:
         versions=versions("apache-tvm", "torch"),
     priority: longest_chains_first
     log:
-        "logs/relax/{component}/{lstm}/b{bucket}.log",
+        "logs/relax/{component}/{lstm}.log",
     benchmark:
-        "benchmarks/relax/{component}/{lstm}/b{bucket}.tsv"
+        "benchmarks/relax/{component}/{lstm}.tsv"
     conda:
         "../envs/kokoro-tvm.yaml"
     shell:

@@ -21,6 +21,7 @@ rule tune:
     conda:
         "../envs/kokoro-tvm.yaml"
     shell:
-        "python {input.script} --relax {input.relax} --target-options '{params.options}'"
+        "python {input.script} --relax {input.relax} --bucket {wildcards.bucket}"
+        " --target-options '{params.options}'"
         " --max-trials {params.max_trials} --trials-per-task {params.trials_per_task}"
         " --threads {threads} --out {output.database} > {log} 2>&1"

@@ -5,7 +5,7 @@ rule validate:
     input:
         library=rules.build.output.library,
         params=rules.params.output.npz,
-        reference=rules.export.output.reference,
+        reference=rules.reference.output.npz,
         code=component_code("validate.py"),
         script=script("validate.py"),
     output:

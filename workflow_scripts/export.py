@@ -6,7 +6,6 @@ from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.facts import COMPONENT_NAMES
 from kokoro_tvm.script_args import add_model_arguments, stage_parser
-from kokoro_tvm.stages.common import keep_freed_memory
 from kokoro_tvm.stages.export import export
 
 
@@ -14,15 +13,9 @@ def main() -> None:
     parser = stage_parser(export)
     add_model_arguments(parser)
     parser.add_argument("--component", required=True, choices=COMPONENT_NAMES)
-    parser.add_argument("--bucket", required=True, type=int)
-    parser.add_argument("--seed", type=int, default=0, help="seeds the inputs traced with")
     parser.add_argument("--out", required=True, help=paths.EXPORT)
-    parser.add_argument("--out-reference", required=True,
-                        help=paths.EXPORT_REFERENCE)
     args = parser.parse_args()
-    keep_freed_memory()
-    export(args.checkpoint, args.model_config, args.component, args.bucket, args.out,
-           args.out_reference, args.seed)
+    export(args.checkpoint, args.model_config, args.component, args.out)
 
 
 if __name__ == "__main__":

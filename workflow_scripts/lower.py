@@ -13,6 +13,7 @@ from kokoro_tvm.stages.lower import lower
 def main() -> None:
     parser = stage_parser(lower)
     parser.add_argument("--relax", required=True, help=paths.RELAX)
+    parser.add_argument("--bucket", required=True, type=int, help="the length to bind")
     add_target_options_argument(parser)
     parser.add_argument("--out", required=True, help=paths.LOWERED)
     parser.add_argument("--tuning-db",
@@ -21,7 +22,7 @@ def main() -> None:
                         help="int8: the generator's convolutions quantized (CPUs with VNNI)")
     args = parser.parse_args()
     without_torch()
-    lower(args.relax, args.target_options, args.out, args.tuning_db, args.precision)
+    lower(args.relax, args.bucket, args.target_options, args.out, args.tuning_db, args.precision)
 
 
 if __name__ == "__main__":

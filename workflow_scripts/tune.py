@@ -12,8 +12,8 @@ from kokoro_tvm.stages.tune import tune
 
 def main() -> None:
     parser = stage_parser(tune)
-    parser.add_argument("--relax", required=True,
-                        help=paths.RELAX)
+    parser.add_argument("--relax", required=True, help=paths.RELAX)
+    parser.add_argument("--bucket", required=True, type=int, help="the length to bind")
     add_target_options_argument(parser)
     parser.add_argument("--max-trials", type=int, required=True, help="measured candidates in all")
     parser.add_argument("--trials-per-task", type=int, required=True,
@@ -24,7 +24,7 @@ def main() -> None:
                         help=f"{paths.TUNE} (a folder)")
     args = parser.parse_args()
     without_torch()
-    figures = tune(args.relax, args.target_options, args.max_trials,
+    figures = tune(args.relax, args.bucket, args.target_options, args.max_trials,
                    args.trials_per_task, args.out, args.threads)
     print(json.dumps(figures))
 

@@ -20,7 +20,7 @@ def main() -> None:
     parser.add_argument("--library", required=True, help=paths.LIBRARY)
     parser.add_argument("--params", required=True, help=paths.PARAMS)
     parser.add_argument("--reference", required=True,
-                        help=paths.EXPORT_REFERENCE)
+                        help=paths.REFERENCE)
     add_target_options_argument(parser)
     parser.add_argument("--out", required=True, help=paths.VALIDATION)
     args = parser.parse_args()

@@ -1,8 +1,9 @@
 """The masked InstanceNorm of Kokoro's AdaIN layers as one TIR function.
 
 ``torch.ops.kokoro_tvm.masked_instance_norm(x, valid, eps)`` (model/masked_norm.py) reaches
-the importer as one node; this converter emits it as a single TE function instead of TVM's
-eight Relax ops, which became four kernels per AdaIN, each a pass over the whole tensor.
+the importer as one node, which leaves a placeholder for it; once the length is a bucket's,
+``compile/specialize.py`` emits it as a single TE function instead of TVM's eight Relax ops,
+which became four kernels per AdaIN, each a pass over the whole tensor.
 
 The function's statistics blocks are *row statistics* (compile/row_reduction.py): each row
 (batch, channel) reads only its own row of ``x``, so the schedule computes them inside the
@@ -15,9 +16,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import tvm
 from tvm import relax, te
 
 from kokoro_tvm.compile.row_reduction import PER_ROW, row_block, row_reduction
+from kokoro_tvm.compile.specialize import placeholder
 
 if TYPE_CHECKING:  # lowering loads this module without PyTorch (stages/common.without_torch)
     from torch import fx
@@ -25,6 +28,8 @@ if TYPE_CHECKING:  # lowering loads this module without PyTorch (stages/common.w
 # PrimFunc attribute holding eps, so that a target can emit its own form
 # (compile/gpu/instance_norm.py).
 EPS_ATTR = "kokoro_tvm.instance_norm_eps"
+# Its placeholder's name (compile/specialize.py).
+OP_NAME = "masked_instance_norm"
 
 
 def masked_instance_norm(x: te.Tensor, valid: te.Tensor, eps: float) -> te.Tensor:
@@ -55,9 +60,15 @@ def masked_instance_norm(x: te.Tensor, valid: te.Tensor, eps: float) -> te.Tenso
 
 
 def convert_masked_instance_norm(node: fx.Node, importer) -> relax.Expr:
-    """kokoro_tvm.masked_instance_norm(x, valid, eps) -> one ``call_tir``."""
+    """kokoro_tvm.masked_instance_norm(x, valid, eps) -> its placeholder, eps as a value."""
     x, valid = (importer.env[a] for a in node.args[:2])
-    eps = float(node.args[2])
-    return importer.block_builder.call_te(masked_instance_norm, x, valid, eps,
-                                          primfunc_name_hint="masked_instance_norm",
-                                          primfunc_attrs={EPS_ATTR: eps})
+    eps = relax.prim_value(tvm.tirx.FloatImm("float64", float(node.args[2])))
+    return placeholder(importer.block_builder, OP_NAME, [x, valid, eps], x.ty)
+
+
+def emit_masked_instance_norm(bb: relax.BlockBuilder, x: relax.Expr, valid: relax.Expr,
+                              eps: relax.Expr) -> relax.Expr:
+    """The placeholder's kernel: one ``call_tir`` at static shapes."""
+    eps = float(eps.value)
+    return bb.call_te(masked_instance_norm, x, valid, eps, primfunc_name_hint=OP_NAME,
+                      primfunc_attrs={EPS_ATTR: eps})

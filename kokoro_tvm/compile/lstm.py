@@ -1,15 +1,17 @@
-"""How LSTMs are lowered when an ExportedProgram is imported into Relax, keyed by method name.
+"""How LSTMs are lowered, keyed by method name.
 
-The method is a dimension of every LSTM artifact (``results/relax/{component}/{lstm}/...``), so
-each method is one entry here: a step that rewrites the ExportedProgram before TVM's importer
-runs, plus the converters it needs. Components without an LSTM use ``none``, which lives in the
-importer: this module is what only LSTM artifacts depend on (stages/code_inputs.LSTM_ONLY).
+The method is a dimension of every LSTM artifact (``results/relax/{component}/{lstm}.json``), so
+each method is one entry here: what emits the op for static shapes. Components without an LSTM
+use ``none``, which lives in the importer: this module is what only LSTM artifacts depend on
+(stages/code_inputs.LSTM_ONLY).
 
 Kokoro's LSTMs reach the importer as one ``kokoro_tvm::packed_lstm`` node each (the op of
-kokoro_tvm/model/packed_lstm.py: bidirectional, batch first, per-sequence lengths, nn.LSTM's packed
-semantics). Every method computes the input projection of both directions as one matmul over
-all time steps, reading each weight once (TVM's own route copied the input weight once per step,
-docs/tvm.md); they differ in the recurrence:
+kokoro_tvm/model/packed_lstm.py: bidirectional, batch first, per-sequence lengths, nn.LSTM's
+packed semantics), which leaves a placeholder naming the method (``converters``); once the length
+is a bucket's, ``compile/specialize.py`` emits the method's form in its place. Every method
+computes the input projection of both directions as one matmul over all time steps, reading each
+weight once (TVM's own route copied the input weight once per step, docs/tvm.md); they differ in
+the recurrence:
 
 - ``unroll``: per-step Relax ops (matvec, gates, and ``where`` on the step's mask keeping the
   state of finished sequences and zeroing their outputs). IR and import time grow linearly with
@@ -26,7 +28,7 @@ sequence's last valid step; outputs of steps beyond the length are zeros.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import tvm
@@ -34,11 +36,11 @@ from tvm import relax
 from tvm.script import tirx as T
 
 from kokoro_tvm.compile import fastmath
+from kokoro_tvm.compile.specialize import placeholder
 from kokoro_tvm.facts import LSTM_METHOD_NAMES
 from kokoro_tvm.model.custom_ops import PACKED_LSTM, converter_key
 
 if TYPE_CHECKING:  # lowering loads this module without PyTorch (stages/common.without_torch)
-    import torch
     from torch import fx
 
 CONVERTER_KEY = converter_key(PACKED_LSTM)
@@ -52,18 +54,25 @@ VEC_KERNEL_PREFIX = "packed_lstm_recurrence_vec_"
 CHUNK_VECTORS = 8
 
 
-@dataclass(frozen=True)
-class LstmMethod:
-    """One way to lower LSTMs: a program rewrite before import, and extra converters."""
-
-    prepare: Callable[[torch.export.ExportedProgram], torch.export.ExportedProgram]
-    converters: dict[str, Callable] = field(default_factory=dict)
+def op_name(method: str) -> str:
+    """The name of the op's placeholder for ``method`` (compile/specialize.py)."""
+    return f"packed_lstm.{method}"
 
 
-def _decompose(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-    """torch's default decompositions (what ``from_exported_program`` runs by default); they
-    leave the packed_lstm custom op as it is."""
-    return program.run_decompositions()
+def converters(method: str) -> dict[str, Callable]:
+    """The importer's converters for ``method``: the op's placeholder, the lengths as int64."""
+
+    def convert(node: fx.Node, importer) -> relax.Expr:
+        bb = importer.block_builder
+        x, lengths, *weights = [importer.env[a] for a in node.args]
+        if lengths.ty.dtype != "int64":
+            lengths = bb.emit(relax.op.astype(lengths, "int64"))
+        batch, steps, _ = x.ty.shape
+        hidden = weights[1].ty.shape[1]
+        return placeholder(bb, op_name(method), [x, lengths, *weights],
+                           relax.TensorType((batch, steps, 2 * hidden), "float32"))
+
+    return {CONVERTER_KEY: convert}
 
 
 # --------------------------------------------------------------------------------------------
@@ -83,13 +92,9 @@ class _Args:
         return self.weights[4 * d:4 * d + 4]
 
 
-def _args(node: fx.Node, importer) -> _Args:
-    x, lengths, *weights = [importer.env[a] for a in node.args]
+def _args(x: relax.Expr, lengths: relax.Expr, weights: tuple) -> _Args:
     batch, steps, _ = (int(v) for v in x.ty.shape)
-    hidden = int(weights[1].ty.shape[1])
-    if lengths.ty.dtype != "int64":
-        lengths = importer.block_builder.emit(relax.op.astype(lengths, "int64"))
-    return _Args(x, lengths, weights, batch, steps, hidden)
+    return _Args(x, lengths, list(weights), batch, steps, int(weights[1].ty.shape[1]))
 
 
 def _projection_relax(bb: relax.BlockBuilder, a: _Args) -> relax.Expr:
@@ -119,10 +124,11 @@ def _step(bb, gates, state, mask, hidden):
     return (bb.emit(op.where(mask, h_new, h)), bb.emit(op.where(mask, c_new, c))), out
 
 
-def convert_unroll(node: fx.Node, importer) -> relax.Expr:
+def emit_unroll(bb: relax.BlockBuilder, x: relax.Expr, lengths: relax.Expr, *weights
+                ) -> relax.Expr:
     """packed_lstm as per-time-step Relax ops with masks."""
-    op, bb = relax.op, importer.block_builder
-    a = _args(node, importer)
+    op = relax.op
+    a = _args(x, lengths, weights)
     H, G = a.hidden, 4 * a.hidden
     xproj = _projection_relax(bb, a)
     steps = op.arange(0, a.steps, 1, "int64")  # a kernel, not a table (lower.py)
@@ -279,11 +285,10 @@ def _shape_tag(a: _Args, inputs: int) -> str:
     return f"b{a.batch}_t{a.steps}_i{inputs}_h{a.hidden}"
 
 
-def _convert_recurrence(node: fx.Node, importer, vectorised: bool) -> relax.Expr:
+def _emit_recurrence(bb: relax.BlockBuilder, a: _Args, vectorised: bool) -> relax.Expr:
     """packed_lstm as a Relax matmul (the input projection of both directions, scheduled like
     every matmul) and one TIR recurrence kernel."""
-    op, bb = relax.op, importer.block_builder
-    a = _args(node, importer)
+    op = relax.op
     G = 4 * a.hidden
     xproj = bb.emit(op.reshape(_projection_relax(bb, a), (a.batch, a.steps, 2, G)))
     w_hh = op.stack([a.weights[1], a.weights[5]], axis=0)  # [2, 4H, H]
@@ -297,19 +302,22 @@ def _convert_recurrence(node: fx.Node, importer, vectorised: bool) -> relax.Expr
                         [xproj, bb.emit(w_hh), a.lengths], (a.batch, a.steps, 2 * a.hidden))
 
 
-def convert_tir(node: fx.Node, importer) -> relax.Expr:
+def emit_tir(bb: relax.BlockBuilder, x: relax.Expr, lengths: relax.Expr, *weights
+             ) -> relax.Expr:
     """packed_lstm with the scalar recurrence."""
-    return _convert_recurrence(node, importer, vectorised=False)
+    return _emit_recurrence(bb, _args(x, lengths, weights), vectorised=False)
 
 
-def convert_tir_vec(node: fx.Node, importer) -> relax.Expr:
+def emit_tir_vec(bb: relax.BlockBuilder, x: relax.Expr, lengths: relax.Expr, *weights
+                 ) -> relax.Expr:
     """packed_lstm with the vectorised, two-thread recurrence."""
-    return _convert_recurrence(node, importer, vectorised=True)
+    return _emit_recurrence(bb, _args(x, lengths, weights), vectorised=True)
 
 
-LSTM_METHODS: dict[str, LstmMethod] = {
-    "unroll": LstmMethod(_decompose, {CONVERTER_KEY: convert_unroll}),
-    "tir": LstmMethod(_decompose, {CONVERTER_KEY: convert_tir}),
-    "tir_vec": LstmMethod(_decompose, {CONVERTER_KEY: convert_tir_vec}),
+# Method name -> what emits the op: ``emit(block_builder, x, lengths, *weights)``.
+LSTM_METHODS: dict[str, Callable[..., relax.Expr]] = {
+    "unroll": emit_unroll,
+    "tir": emit_tir,
+    "tir_vec": emit_tir_vec,
 }
 assert set(LSTM_METHODS) == set(LSTM_METHOD_NAMES)

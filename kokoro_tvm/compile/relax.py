@@ -18,7 +18,7 @@ from tvm.relax.frontend.torch import from_exported_program
 from kokoro_tvm import paths
 from kokoro_tvm.compile.converters import CONVERTERS
 from kokoro_tvm.compile.instance_norm import convert_masked_instance_norm
-from kokoro_tvm.compile.lstm import CONVERTER_KEY, LSTM_METHODS, LstmMethod
+from kokoro_tvm.compile.lstm import CONVERTER_KEY, converters
 from kokoro_tvm.model import masked_norm, packed_lstm  # noqa: F401 - register the programs' ops
 from kokoro_tvm.model.custom_ops import MASKED_INSTANCE_NORM, converter_key
 
@@ -29,20 +29,11 @@ LSTM_OPS = ("lstm.input", "lstm.data", CONVERTER_KEY)
 
 
 def lstm_nodes(program: torch.export.ExportedProgram) -> list[str]:
-    """Names of the LSTM calls in a program (before decomposition)."""
+    """Names of the LSTM calls in a program."""
     return [n.name for n in program.graph.nodes
             if n.op == "call_function" and getattr(n.target, "__name__", "") in LSTM_OPS]
 
 
-def _without_lstm(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-    """The plain import path for components without LSTMs (lstm ``none``), checked."""
-    found = lstm_nodes(program)
-    if found:
-        raise ValueError(f"lstm method 'none' used for a program with LSTMs: {found}")
-    return program.run_decompositions()
-
-
-NO_LSTM = LstmMethod(_without_lstm)
 
 
 def _state_dict_keys(program: torch.export.ExportedProgram) -> dict[str, str]:
@@ -89,12 +80,17 @@ def _drop_unused_weights(func: relax.Function) -> relax.Function:
 
 def import_program(program: torch.export.ExportedProgram, lstm: str
                    ) -> tuple[relax.Function, Params, dict[tvm.ir.GlobalVar, tvm.ir.BaseFunc]]:
-    """One ExportedProgram -> a Relax function (inputs, then weights), the weights it takes, and
-    the other functions it calls by name (TIR kernels some LSTM methods add)."""
-    method = NO_LSTM if lstm == paths.WITHOUT_LSTM else LSTM_METHODS[lstm]
-    program = method.prepare(program)
+    """One ExportedProgram, decomposed as ``export_component`` makes it, -> a Relax function
+    (inputs, then weights), the weights it takes, and the other functions it calls by name. A
+    symbolic length stays symbolic, and our ops are placeholders until
+    ``specialize.specialize`` makes the module a bucket's."""
+    without = lstm == paths.WITHOUT_LSTM
+    if without and lstm_nodes(program):
+        raise ValueError(f"lstm method 'none' used for a program with LSTMs: "
+                         f"{lstm_nodes(program)}")
     mod = from_exported_program(program, keep_params_as_input=True, run_ep_decomposition=False,
-                                custom_convert_map={**CONVERTERS, **OUR_OPS, **method.converters})
+                                custom_convert_map={**CONVERTERS, **OUR_OPS,
+                                                    **({} if without else converters(lstm))})
     keys = _state_dict_keys(program)
     func = _name_weights_by_key(_drop_unused_weights(mod["main"].without_attr("params")), keys)
     num_input = int(func.attrs["num_input"])

@@ -3,7 +3,7 @@ component (each has a length mask), length-exact fidelity: the library's valid o
 unpatched Kokoro run on the same utterance without padding.
 What the bars are and why: docs/fidelity.md.
 
-Both run on the same padded example inputs (the export stage's, at one seed). Every
+Both run on the same padded example inputs (the reference stage's, at one seed). Every
 function output gets a tight check, max abs error relative to the output's scale, each function
 fed the reference values of its inputs. Components with several functions (the decoder:
 ``source`` then ``body``) also run chained, library to library, and their ``spectral_outputs``
@@ -13,7 +13,7 @@ decoder's ``source`` output, ill-conditioned in float32, has no tight bar: it is
 its float64 truth, relative to PyTorch float32's own error (``float64_output``).
 
 Everything PyTorch computes for these checks comes in as arrays (``reference_values``, saved by
-the export stage once per component and bucket): validation runs the library and numpy only.
+the reference stage once per component and bucket): validation runs the library and numpy only.
 """
 from __future__ import annotations
 
@@ -157,7 +157,7 @@ def validate_component(name: str, bucket: int, so_path: str | os.PathLike,
                        device: str = "cpu", precision: str = "float32") -> dict[str, Any]:
     """Library vs PyTorch on the example inputs, the library run on ``device`` (``cpu`` or
     ``cuda``): metrics, tolerances, ``passed``. ``reference``: what PyTorch computed on them
-    (``reference_values``, as the export stage saves it). ``precision``: the target's; int8
+    (``reference_values``, as the reference stage saves it). ``precision``: the target's; int8
     libraries are judged by the spectral bars where their functions are quantized."""
     component = COMPONENTS[name]
     inputs = {i: reference[f"input.{i}"] for i in component.inputs}
@@ -176,6 +176,6 @@ def validate_component(name: str, bucket: int, so_path: str | os.PathLike,
 
 
 def load_reference(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """The reference values the export stage saved (``reference_values``)."""
+    """The reference values the reference stage saved (``reference_values``)."""
     with np.load(path) as npz:
         return {key: npz[key] for key in npz.files}

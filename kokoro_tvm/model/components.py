@@ -5,8 +5,9 @@ Each component adds, to its torch-free description, which KModel modules it runs
 nn.Module whose method ``forward`` is the function ``main`` and whose other methods are named
 after their functions), which patches of Kokoro it needs to export and import, how to make
 realistic inputs at a bucket, and Kokoro's own code for it. One mechanism
-(``export_component``) exports all of them; the export stage also runs the same wrappers as the
-PyTorch reference that validation reads (``reference_values``).
+(``export_component``) exports all of them, once each with the length symbolic; the reference
+stage runs the same wrappers per bucket as the PyTorch reference that validation reads
+(``reference_values``).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from torch import nn
 
 from kokoro_tvm import components
 from kokoro_tvm.components import Function, crop, probe_inputs, valid_length
+from kokoro_tvm.config import bucket_range
 from kokoro_tvm.model.inputs import (
     bert_inputs,
     decoder_inputs,
@@ -85,10 +87,11 @@ TORCH_COMPONENTS: dict[str, TorchComponent] = {c.name: c for c in (
     TorchComponent.of("text_encoder", wrapper=TextEncoderWrapper,
                       example_inputs=text_encoder_inputs, kokoro=kokoro_text_encoder,
                       patches=("packed_lstm",)),
-    TorchComponent.of("f0n", wrapper=F0NWrapper, example_inputs=f0n_inputs, kokoro=kokoro_f0n),
+    TorchComponent.of("f0n", wrapper=F0NWrapper, example_inputs=f0n_inputs, kokoro=kokoro_f0n,
+                      patches=("nearest_upsample",)),
     TorchComponent.of("decoder", wrapper=DecoderWrapper, example_inputs=decoder_inputs,
                       kokoro=kokoro_decoder,
-                      patches=("sinegen_noise_inputs", "stft_phase_where"),
+                      patches=("nearest_upsample", "sinegen_noise_inputs", "stft_phase_where"),
                       float64=source_float64),
 )}
 assert tuple(TORCH_COMPONENTS) == tuple(components.COMPONENTS)
@@ -162,7 +165,7 @@ def run_float64(kmodel, name: str, inputs: dict[str, torch.Tensor]) -> dict[str,
 
 def reference_values(kmodel, name: str, env: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     """Everything validation compares a library with, from ``env`` (``run_reference`` on the
-    example inputs): computed once per (component, bucket), by the export stage, for every
+    example inputs): computed once per (component, bucket), by the reference stage, for every
     target and LSTM method (docs/fidelity.md). Keys, by prefix:
 
     - ``input.``/``output.``: the example inputs and every function's PyTorch output;
@@ -186,19 +189,50 @@ def reference_values(kmodel, name: str, env: dict[str, torch.Tensor]) -> dict[st
     return {key: value.detach().cpu().numpy() for key, value in values.items()}
 
 
-def export_component(kmodel, name: str, bucket: int, seed: int = 0,
-                     env: dict[str, torch.Tensor] | None = None
-                     ) -> dict[str, torch.export.ExportedProgram]:
-    """Function name -> ExportedProgram at static shapes for ``bucket``.
+# The bucket each axis is traced at: any the schema allows would do, the program being the same.
+TRACE_BUCKET = {"tokens": 64, "frames": 96}
 
-    Later functions are traced on the reference outputs of earlier ones (the decoder body on
-    the harmonic source), so every function sees realistic values while tracing; ``env`` is
-    that run (``run_reference`` on the example inputs at ``seed``) where the caller has it.
+
+def _length_dims(name: str, fn: Function, values: dict[str, torch.Tensor], bucket: int,
+                 length: torch.export.Dim) -> tuple[dict[int, Any] | None, ...]:
+    """torch.export's ``dynamic_shapes`` for ``fn``'s inputs: each length axis as a multiple of
+    ``length`` (plus its extra positions), read against the traced shapes at ``bucket``."""
+    component = TORCH_COMPONENTS[name]
+    dims = []
+    for arg in fn.inputs:
+        if arg in component.length_axes:
+            axis, per_valid = component.length_axes[arg]
+            extra = 0
+        elif arg in component.offset_axes:
+            axis, extra = component.offset_axes[arg]
+            per_valid, rest = divmod(values[arg].shape[axis] - extra, bucket)
+            if rest:
+                raise ValueError(f"{name}: {arg} has {values[arg].shape[axis]} positions at "
+                                 f"{bucket}, not a multiple plus {extra}")
+        else:
+            dims.append(None)
+            continue
+        dims.append({axis: (length if per_valid == 1 else per_valid * length) + extra})
+    return tuple(dims)
+
+
+def export_component(kmodel, name: str) -> dict[str, torch.export.ExportedProgram]:
+    """Function name -> ExportedProgram with the length symbolic (one ``Dim`` over every bucket
+    the schema allows), which the lower stage binds to each bucket; decomposed into the ATen
+    ops TVM's importer converts (our custom ops stay whole). Decomposed here, in the process
+    that traced it: torch retracing a loaded symbolic program fails on its derived lengths.
+
+    Traced at ``TRACE_BUCKET`` on example inputs; later functions on the outputs of earlier
+    ones (the decoder body on the harmonic source), so every function sees realistic values.
     """
     component = TORCH_COMPONENTS[name]
     wrapper = component.wrapper(kmodel).eval()
-    if env is None:
-        env = run_reference(kmodel, name, component.example_inputs(kmodel, bucket, seed))
+    bucket = TRACE_BUCKET[component.axis]
+    env = run_reference(kmodel, name, component.example_inputs(kmodel, bucket, 0))
+    smallest, largest = bucket_range(component.axis)
+    if component.axis == "tokens":  # BERT's position table bounds every token-side library
+        largest = min(largest, kmodel.bert.config.max_position_embeddings)
+    length = torch.export.Dim("length", min=smallest, max=largest)
     programs = {}
     with patched(component.patches), torch.no_grad(), warnings.catch_warnings():
         # weight_norm's pre-hook and LSTM.flatten_parameters assign tensor attributes while
@@ -206,7 +240,9 @@ def export_component(kmodel, name: str, bucket: int, seed: int = 0,
         warnings.filterwarnings("ignore", message="The tensor attributes .* were assigned")
         for fn in component.functions:
             args = tuple(env[i] for i in fn.inputs)
-            programs[fn.name] = torch.export.export(_Bound(wrapper, method(fn)), args, strict=False)
+            programs[fn.name] = torch.export.export(
+                _Bound(wrapper, method(fn)), args, strict=False,
+                dynamic_shapes=_length_dims(name, fn, env, bucket, length)).run_decompositions()
     return programs
 
 

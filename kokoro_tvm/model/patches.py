@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kokoro_tvm.model.packed_lstm import run_lstm
+from kokoro_tvm.model.resampling import linear_down, linear_up, nearest_up
 
 Replacement = tuple[Any, str, Any]
 _MISSING = object()
@@ -82,7 +83,8 @@ def _sinegen_noise_inputs() -> list[Replacement]:
 
     TVM has no converter for ``torch.rand``/``randn_like``. The replacements take
     ``phase_noise`` ~ U[0,1) [B, harmonics] (the random initial phase; harmonic 0 is zeroed as in
-    Kokoro) and ``sine_noise`` ~ N(0,1) [B, samples, 1]. Kokoro draws a Gaussian per harmonic
+    Kokoro) and ``sine_noise`` ~ N(0,1) [B, samples, 1]. Its resampling is
+    model/resampling.py's, which traces with a symbolic length. Kokoro draws a Gaussian per harmonic
     and sample, scales all of a sample's by one amplitude and merges the harmonics with a
     linear layer (weights w): the merged noise is that amplitude times |w| times one N(0, 1)
     draw per sample, so the runtime draws a ninth of the values (``merged_noise`` turns
@@ -99,13 +101,12 @@ def _sinegen_noise_inputs() -> list[Replacement]:
         rad = (f0_values / self.sampling_rate) % 1
         initial = torch.cat([torch.zeros_like(phase_noise[:, :1]), phase_noise[:, 1:]], dim=1)
         rad = torch.cat([rad[:, :1, :] + initial[:, None, :], rad[:, 1:, :]], dim=1)
-        rad = F.interpolate(rad.transpose(1, 2), scale_factor=1 / self.upsample_scale,
-                            mode="linear").transpose(1, 2)
+        rad = linear_down(rad.transpose(1, 2), self.upsample_scale).transpose(1, 2)
         # Summed in float64, as PyTorch's CPU cumsum does inside: TVM sums in the tensor's
         # dtype, and float32 sums put 10x PyTorch's phase error into the source at 768 frames.
         phase = torch.cumsum(rad.to(torch.float64), dim=1).to(rad.dtype) * 2 * torch.pi
-        phase = F.interpolate(phase.transpose(1, 2) * self.upsample_scale,
-                              scale_factor=self.upsample_scale, mode="linear").transpose(1, 2)
+        phase = linear_up(phase.transpose(1, 2) * self.upsample_scale,
+                          self.upsample_scale).transpose(1, 2)
         return torch.sin(phase)
 
     def sinegen_forward(self, f0, phase_noise):
@@ -147,7 +148,19 @@ def _stft_phase_where() -> list[Replacement]:
     return [(CustomSTFT, "transform", transform)]
 
 
+def _nearest_upsample() -> list[Replacement]:
+    """Kokoro's UpSample1d (nearest, by 2) as ``resampling.nearest_up``: the same values, and
+    torch.export traces it with a symbolic length."""
+    from kokoro.istftnet import UpSample1d
+
+    def forward(self, x):
+        return x if self.layer_type == "none" else nearest_up(x, 2)
+
+    return [(UpSample1d, "forward", forward)]
+
+
 PATCHES: dict[str, Callable[[], list[Replacement]]] = {
+    "nearest_upsample": _nearest_upsample,
     "packed_lstm": _packed_lstm,
     "sinegen_noise_inputs": _sinegen_noise_inputs,
     "stft_phase_where": _stft_phase_where,

@@ -12,8 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kokoro_tvm.facts import F0_PER_FRAME
 from kokoro_tvm.model.masked_norm import masked_instance_norm
 from kokoro_tvm.model.packed_lstm import run_lstm
+from kokoro_tvm.model.resampling import nearest_up
 
 
 def _holder(**modules: nn.Module) -> nn.Module:
@@ -146,21 +148,19 @@ def _masked_resblock1(block, x, s, valid):
     return x
 
 
-def _upsampled(valid: torch.Tensor, factor: int) -> torch.Tensor:
-    """A [B, 1, L] mask at ``factor`` times the resolution (nearest: L * factor positions)."""
-    return F.interpolate(valid, scale_factor=factor, mode="nearest")
-
-
 def harmonic_source(gen, f0, phase_noise, sine_noise, valid):
     """DecoderWrapper.source with the generator's modules it reads (``f0_upsamp``, ``m_source``,
     ``stft``) given, so that a float64 copy of them computes the same (``source_float64``)."""
-    valid = _upsampled(valid, 2)  # F0 resolution
+    valid = nearest_up(valid, F0_PER_FRAME)  # F0 resolution
     f0 = f0 * valid[:, 0]
-    f0_samples = gen.f0_upsamp(f0[:, None]).transpose(1, 2)
+    per_f0 = int(gen.f0_upsamp.scale_factor)  # f0_upsamp: nearest, as nearest_up computes it
+    f0_samples = nearest_up(f0[:, None], per_f0).transpose(1, 2)
     har_source, _, _ = gen.m_source(f0_samples, phase_noise, sine_noise)
     har_source = har_source.transpose(1, 2)  # [B, 1, samples]
-    samples = gen.f0_upsamp(valid)
-    last = samples - F.pad(samples[..., 1:], (0, 1))  # 1 on the last valid sample
+    samples = nearest_up(valid, per_f0)
+    # 1 on the last valid sample; narrowed with an explicit length, which TVM can prove equal to
+    # the samples' where the length is symbolic (``[..., 1:]`` it cannot).
+    last = samples - F.pad(samples, (0, 1)).narrow(2, 1, samples.shape[2])
     held = (har_source * last).sum(dim=-1, keepdim=True)
     har_source = har_source * samples + held * (1 - samples)
     har_spec, har_phase = gen.stft.transform(har_source.squeeze(1))
@@ -231,12 +231,12 @@ class DecoderWrapper(nn.Module):
     def _generator_body(self, x, s, har, valid):
         gen = self.decoder.generator
         # har's resolution: the generator's output, one more position than prod(rates) * x's.
-        valid_har = gen.reflection_pad(_upsampled(valid, math.prod(u.stride[0] for u in gen.ups)))
+        valid_har = gen.reflection_pad(nearest_up(valid, math.prod(u.stride[0] for u in gen.ups)))
         har = har * valid_har
         for i in range(gen.num_upsamples):
             x = F.leaky_relu(x, negative_slope=0.1)
             x = gen.ups[i](x * valid)
-            valid = _upsampled(valid, gen.ups[i].stride[0])
+            valid = nearest_up(valid, gen.ups[i].stride[0])
             if i == gen.num_upsamples - 1:
                 x = gen.reflection_pad(x)
                 valid = gen.reflection_pad(valid)

@@ -10,7 +10,7 @@ from kokoro_tvm.paths import PathLike
 def validate(component: str, lstm: str, bucket: int, library: PathLike, params: PathLike,
              reference: PathLike, out: PathLike, target_options: dict[str, Any]
              ) -> dict[str, Any]:
-    """A library against the PyTorch values the export stage saved for its bucket
+    """A library against the PyTorch values the reference stage saved for its bucket
     (``reference``), and at exact length (measure/validate.py), reported in
     results/validate/...; fails if not passed.
 

@@ -1,0 +1,43 @@
+"""Kokoro's resampling by integer factors, written so that torch.export traces it with a
+symbolic length and TVM imports it.
+
+``F.interpolate`` with a ``scale_factor`` decomposes into index arithmetic on a symbolic float
+scale (``sym_float``, ``truediv``), which TVM's importer cannot convert; these forms compute the
+same values from integer shapes: nearest upsampling and the linear downsampling bit for bit,
+the linear upsampling with PyTorch's index arithmetic (to rounding: tests/test_resampling.py).
+"""
+from __future__ import annotations
+
+import torch
+
+
+def nearest_up(x: torch.Tensor, factor: int) -> torch.Tensor:
+    """``F.interpolate(x, scale_factor=factor, mode="nearest")`` along the last axis."""
+    return x.repeat_interleave(factor, dim=-1)
+
+
+def linear_down(x: torch.Tensor, factor: int) -> torch.Tensor:
+    """``F.interpolate(x, scale_factor=1 / factor, mode="linear")`` of ``x`` [B, C, N * factor]
+    for an even ``factor``: each output sits halfway between the two middle samples of its
+    ``factor`` inputs, so it is their mean (PyTorch's weights are 0.5 and 0.5 there)."""
+    if factor % 2:
+        raise ValueError(f"linear_down: factor {factor} is odd; Kokoro's SineGen uses 300")
+    batch, channels, samples = x.shape
+    groups = x.reshape(batch, channels, samples // factor, factor)
+    return (groups[..., factor // 2 - 1] + groups[..., factor // 2]) * 0.5
+
+
+def linear_up(x: torch.Tensor, factor: int) -> torch.Tensor:
+    """``F.interpolate(x, scale_factor=factor, mode="linear")`` along the last axis of ``x``
+    [B, C, N] (``align_corners=False``): output j reads the source position (j + 0.5) / factor
+    - 0.5, clamped at 0, between its two neighbours, the last repeated at the end, in ``x``'s
+    dtype as PyTorch's CPU kernel computes it (so a float64 ``x`` gets float64 positions)."""
+    length = x.shape[-1]
+    position = torch.arange(length * factor, dtype=x.dtype, device=x.device)
+    scale = torch.tensor(1 / factor, dtype=x.dtype, device=x.device)
+    source = torch.clamp(scale * (position + 0.5) - 0.5, min=0)
+    left = source.to(torch.int64)
+    weight = source - left.to(x.dtype)
+    right = torch.clamp(left + 1, max=length - 1)
+    # index_select, not indexing: TVM infers its result's shape where the length is symbolic.
+    return x.index_select(-1, left) * (1 - weight) + x.index_select(-1, right) * weight
