@@ -23,6 +23,8 @@ from kokoro_tvm.runtime.cuda import find_nvcc
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "data" / "tiny.yaml"
+# The tiny config's one bucket, the same for every component.
+TINY_BUCKET = 16
 README = REPO / "README.md"
 # The real build's buckets (tests/test_main_command.py): one default bucket per component, as few
 # as the end-to-end tests need to speak short sentences in minutes on 2 cores. Sentences of up to

@@ -1,8 +1,9 @@
-"""Every component through export -> import -> lower -> JSON round trip -> build -> validate.
+"""Every component through export -> import -> specialize -> lower -> JSON round trip -> build
+-> validate.
 
 Tiny random Kokoro (tests/data/tiny.yaml), buckets T=16 / F=16, host CPU target. Also: the
-library holds code only, weight names do not depend on the bucket, signatures match the
-registry, and the patches reproduce Kokoro where they claim to.
+library holds code only, one import serves every bucket, signatures match the registry, and
+the patches reproduce Kokoro where they claim to.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import tvm_ffi
 from kokoro_tvm.compile.build import build_library
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.relax import import_programs
+from kokoro_tvm.compile.specialize import length_vars, specialize
 from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.components import valid_length
 from kokoro_tvm.measure.validate import validate_component
@@ -52,8 +54,8 @@ def built(request, tiny_kmodel, target, tmp_path_factory):
     """One component's artifacts at BUCKET, the build continuing from the JSON-loaded module."""
     name = request.param
     folder = tmp_path_factory.mktemp(name)
-    mod, params = import_programs(export_component(tiny_kmodel, name, BUCKET), lstm_of(name))
-    lowered = lower(mod, target)
+    mod, params = import_programs(export_component(tiny_kmodel, name), lstm_of(name))
+    lowered = lower(specialize(mod, BUCKET), target)
     (folder / "lowered.json").write_text(tvm.ir.save_json(lowered))
     loaded = load_ir(folder / "lowered.json")  # as the build stage reads it
     so_path, params_npz = folder / f"b{BUCKET}.so", folder / "params.npz"
@@ -97,12 +99,52 @@ def test_signature_matches_registry(built):
     assert used == set(built.params), "every stored weight is some function's input"
 
 
-def test_params_do_not_depend_on_bucket(built, tiny_kmodel):
-    _, other = import_programs(export_component(tiny_kmodel, built.name, OTHER_BUCKET),
-                               lstm_of(built.name))
-    assert sorted(other) == sorted(built.params)
-    for key, value in other.items():
-        np.testing.assert_array_equal(value, built.params[key])
+def test_one_import_serves_every_bucket(built, tiny_kmodel):
+    """The import keeps one symbolic length per function and our ops as placeholders;
+    specialized, the module takes and returns exactly a bucket's shapes, at either bucket."""
+    from kokoro_tvm.compile.build import signature
+    from kokoro_tvm.compile.specialize import DEFERRED
+
+    assert len(length_vars(built.mod)) >= 1
+    assert (DEFERRED in built.mod.script(show_meta=False)) == (
+        built.name in ("duration", "text_encoder", "f0n", "decoder"))
+    component = TORCH_COMPONENTS[built.name]
+    for bucket in (BUCKET, OTHER_BUCKET):
+        specialized = specialize(built.mod, bucket)
+        assert not length_vars(specialized)
+        assert DEFERRED not in specialized.script(show_meta=False)
+        env = run_reference(tiny_kmodel, built.name,
+                            component.example_inputs(tiny_kmodel, bucket, 0))
+        for fn in component.functions:
+            found = signature(specialized)[fn.name]
+            assert [tuple(i["shape"]) for i in found["inputs"]] == [
+                tuple(env[i].shape) for i in fn.inputs], (fn.name, bucket)
+            assert [tuple(o["shape"]) for o in found["outputs"]] == [
+                tuple(env[o].shape) for o in fn.outputs], (fn.name, bucket)
+
+
+@pytest.mark.parametrize("name", ["duration", "decoder"])
+def test_specialized_module_is_the_static_import(tiny_kmodel, name):
+    """The symbolic import bound to a bucket lowers to the module a static export at that
+    bucket lowers to: the same kernels, so one import per component costs the libraries
+    nothing (duration: the packed LSTMs; decoder: the masked norms and the resampling)."""
+    from kokoro_tvm.model.components import _Bound, method
+
+    component = TORCH_COMPONENTS[name]
+    env = run_reference(tiny_kmodel, name, component.example_inputs(tiny_kmodel, BUCKET, 0))
+    wrapper = component.wrapper(tiny_kmodel).eval()
+    with patched(component.patches), torch.no_grad():
+        static = {fn.name: torch.export.export(_Bound(wrapper, method(fn)),
+                                               tuple(env[i] for i in fn.inputs),
+                                               strict=False).run_decompositions()
+                  for fn in component.functions}
+    target = make_target(TARGET)
+    from_static = lower(specialize(import_programs(static, lstm_of(name))[0], BUCKET), target)
+    symbolic = import_programs(export_component(tiny_kmodel, name), lstm_of(name))[0]
+    assert length_vars(symbolic)
+    from_symbolic = lower(specialize(symbolic, BUCKET), target)
+    assert tvm_ffi.structural_equal(from_symbolic.without_attr("kokoro_tvm.ir_lines"),
+                                    from_static.without_attr("kokoro_tvm.ir_lines"))
 
 
 @pytest.mark.parametrize("name", ["decoder", "duration"])
@@ -116,7 +158,7 @@ def test_export_archive_keeps_the_graph_and_leaves_the_weights_out(tiny_kmodel, 
     from kokoro_tvm.stages.common import load_programs, save_programs
 
     with_weights, placeholders = tmp_path / "weights.pt2", tmp_path / "placeholders.pt2"
-    programs = export_component(tiny_kmodel, name, BUCKET)
+    programs = export_component(tiny_kmodel, name)
     package_pt2(str(with_weights), exported_programs=programs)
     weight_bytes = sum(v.numel() * v.element_size() for p in programs.values()
                        for v in p.state_dict.values())
@@ -138,7 +180,7 @@ def test_archive_loads_alike_with_type_hints_cached(tiny_kmodel, tmp_path):
     from kokoro_tvm.stages.common import load_programs, save_programs, type_hints_cached
 
     archive = tmp_path / "bert.pt2"
-    save_programs(export_component(tiny_kmodel, "bert", BUCKET), archive)
+    save_programs(export_component(tiny_kmodel, "bert"), archive)
     original = typing.get_type_hints
     cached = load_programs(archive)
     plain = dict(load_pt2(str(archive)).exported_programs)
@@ -296,3 +338,14 @@ def test_make_target_resolves_host():
     target = make_target(TARGET)
     assert target.kind.name == "llvm" and str(target.attrs["mcpu"]) not in ("", "host", "native")
     assert int(target.attrs["num-cores"]) == 2
+
+
+def test_specialize_refuses_a_function_with_two_lengths():
+    """One symbolic length per function is what the bucket binds; a second would be left
+    unbound."""
+    from tvm import relax
+
+    n, m = tvm.tirx.Var("n", "int64"), tvm.tirx.Var("m", "int64")
+    x = relax.Var("x", relax.TensorType((n, m), "float32"))
+    with pytest.raises(ValueError, match="2 symbolic lengths"):
+        specialize(tvm.IRModule({"main": relax.Function([x], x)}), BUCKET)

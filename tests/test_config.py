@@ -200,7 +200,8 @@ def test_the_schema_states_the_facts_the_code_uses():
 @pytest.mark.parametrize("script, arguments, message", [
     ("relax.py", ["--exported", "missing.pt2", "--lstm", "tirvec", "--out", "x.json"],
      "--lstm: invalid choice: 'tirvec' (choose from 'none', 'tir_vec', 'tir', 'unroll')"),
-    ("lower.py", ["--relax", "missing.json", "--target-options", "{kind: llvm}", "--out", "x"],
+    ("lower.py", ["--relax", "missing.json", "--bucket", "16", "--target-options", "{kind: llvm}",
+                  "--out", "x"],
      "--target-options: not JSON"),
     ("validate.py", ["--component", "bert", "--lstm", "none", "--bucket", "16", "--library",
                      "x.so", "--params", "x.npz", "--reference", "x.npz", "--out", "x.json"],

@@ -24,6 +24,7 @@ from kokoro_tvm.compile.gpu.instance_norm import gpu_instance_norm
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.relax import import_program
 from kokoro_tvm.compile.row_reduction import PARTIALS
+from kokoro_tvm.compile.specialize import specialize
 from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.model.masked_norm import masked_instance_norm
 from kokoro_tvm.runtime.library import Library, Weights
@@ -65,9 +66,11 @@ class NormSnake(nn.Module):
 
 
 def _imported(module: nn.Module, x: torch.Tensor):
+    """The module imported as the pipeline imports a component, its static shapes specialized
+    (the norm's kernel emitted)."""
     program = torch.export.export(module, (x, torch.ones(x.shape[0], 1, x.shape[2])))
-    func, params, callees = import_program(program, "none")
-    return func, params, tvm.IRModule({"main": func, **callees})
+    func, params, callees = import_program(program.run_decompositions(), "none")
+    return func, params, specialize(tvm.IRModule({"main": func, **callees}), x.shape[2])
 
 
 # The GPU form's math is checked once, on the host CPU.

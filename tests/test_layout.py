@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, TINY, dry_run, run_snakemake
+from conftest import REPO, TINY, TINY_BUCKET, dry_run, run_snakemake
 
 from kokoro_tvm.compile.devices import device_kind
 from kokoro_tvm.components import COMPONENTS
@@ -175,7 +175,7 @@ def test_every_rule_lists_the_code_its_script_imports(tmp_path):
     jobs = dry_run_jobs(tmp_path)
     targets = {**yaml.safe_load((REPO / "config.yaml").read_text())["target_options"],
                **yaml.safe_load(TINY.read_text()).get("target_options", {})}
-    assert {"export", "relax", "lower", "build", "validate", "manifest", "weights",
+    assert {"export", "reference", "relax", "lower", "build", "validate", "manifest", "weights",
             "bench_components_target", "spectrogram"} <= {j["rule"] for j in jobs}
     for job in jobs:
         scripts = [p for p in job["inputs"] if p.parent.name == "workflow_scripts"]
@@ -212,19 +212,21 @@ def test_cpu_lowering_loads_no_gpu_only_module(built):
         "import json, sys\n"
         "from pathlib import Path\n"
         "from kokoro_tvm.compile.lower import lower\n"
+        "from kokoro_tvm.compile.specialize import specialize\n"
         "from kokoro_tvm.compile.targets import make_target\n"
         "from kokoro_tvm.stages.common import load_ir\n"
-        f"artifacts = sorted(Path({str(built)!r}).glob('results/relax/*/*/*.json'))\n"
+        f"artifacts = sorted(Path({str(built)!r}).glob('results/relax/*/*.json'))\n"
         "for path in artifacts:\n"
-        "    lower(load_ir(path), make_target({'kind': 'llvm'}))\n"
+        f"    lower(specialize(load_ir(path), {TINY_BUCKET}), make_target({{'kind': 'llvm'}}))\n"
         "cpu = sorted(sys.modules)\n"
-        "lstm = next(p for p in artifacts if p.parent.name == 'tir_vec')\n"
-        "lower(load_ir(lstm), make_target({'kind': 'cuda', 'arch': 'sm_90'}))\n"
+        "lstm = next(p for p in artifacts if p.stem == 'tir_vec')\n"
+        f"lower(specialize(load_ir(lstm), {TINY_BUCKET}),"
+        " make_target({'kind': 'cuda', 'arch': 'sm_90'}))\n"
         "print(json.dumps([[str(p) for p in artifacts], cpu, sorted(sys.modules)]))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     artifacts, cpu, after_cuda = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(artifacts) >= 5 and any("/tir_vec/" in p for p in artifacts), artifacts
+    assert len(artifacts) >= 5 and any(p.endswith("/tir_vec.json") for p in artifacts), artifacts
     assert not set(GPU_ONLY) & set(cpu), sorted(set(GPU_ONLY) & set(cpu))
     assert set(GPU_ONLY) <= set(after_cuda)
 

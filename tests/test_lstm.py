@@ -37,6 +37,7 @@ from kokoro_tvm.compile.lstm import (
     recurrence_kernel_vec,
 )
 from kokoro_tvm.compile.relax import import_program, import_programs, ir_lines
+from kokoro_tvm.compile.specialize import specialize
 from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.components import crop
 from kokoro_tvm.measure.metrics import tight_metrics
@@ -70,7 +71,8 @@ def _lstm(inputs: int, hidden: int) -> nn.LSTM:
 
 def _op_program(lstm: nn.LSTM, batch: int, steps: int) -> torch.export.ExportedProgram:
     x = torch.randn(batch, steps, lstm.input_size)
-    return torch.export.export(OneLstm(lstm), (x, torch.full((batch,), steps)), strict=False)
+    return torch.export.export(OneLstm(lstm), (x, torch.full((batch,), steps)),
+                               strict=False).run_decompositions()
 
 
 def torch_packed(lstm: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -88,7 +90,7 @@ def target():
 
 
 def _library(mod: tvm.IRModule, target, path: Path, params) -> Library:
-    build_library(lower(mod, target), target, path)
+    build_library(lower(specialize(mod, 0), target), target, path)  # static: nothing to bind
     return Library(path, Weights(params))
 
 
@@ -116,16 +118,16 @@ def test_op_matches_torch_packed_lstm(method, inputs, hidden, target, tmp_path):
 @pytest.mark.parametrize("method", ["tir", "tir_vec"])
 def test_tir_ir_size_does_not_depend_on_bucket(method):
     lstm = _lstm(40, 16)
-    small, large = (ir_lines(import_programs({"main": _op_program(lstm, 1, steps)}, method)[0])
-                    for steps in (16, 128))
+    small, large = (ir_lines(specialize(import_programs(
+        {"main": _op_program(lstm, 1, steps)}, method)[0], steps)) for steps in (16, 128))
     assert abs(large - small) <= 0.05 * small, (small, large)
 
 
 def test_unroll_ir_grows_with_the_bucket():
     """The contrast to the TIR methods (and proof that the line count sees the bucket)."""
     lstm = _lstm(40, 16)
-    small, large = (ir_lines(import_programs({"main": _op_program(lstm, 1, steps)}, "unroll")[0])
-                    for steps in (16, 64))
+    small, large = (ir_lines(specialize(import_programs(
+        {"main": _op_program(lstm, 1, steps)}, "unroll")[0], steps)) for steps in (16, 64))
     assert large > 3 * small, (small, large)
 
 
@@ -133,7 +135,7 @@ def test_cuda_lowering_swaps_in_the_gpu_recurrence():
     """For cuda, tir_vec's CPU recurrence becomes the GPU kernel (same name and signature): a
     block per direction, a thread per hidden unit, marked scheduled so dlight leaves it alone.
     (Running it needs a GPU: tools/gpu_check validates the cuda libraries there.)"""
-    mod, _ = import_programs({"main": _op_program(_lstm(6, 32), 2, 8)}, "tir_vec")
+    mod = specialize(import_programs({"main": _op_program(_lstm(6, 32), 2, 8)}, "tir_vec")[0], 8)
     cpu = {gv.name_hint: f for gv, f in mod.functions_items() if gv.name_hint.startswith(
         VEC_KERNEL_PREFIX)}
     assert len(cpu) == 1
@@ -172,7 +174,7 @@ EXACT_LENGTH_CASES = [(name, method) for name in LSTM_COMPONENTS for method in M
 
 @pytest.fixture(scope="module")
 def programs(tiny_kmodel):
-    return {name: export_component(tiny_kmodel, name, BUCKET)
+    return {name: export_component(tiny_kmodel, name)
             for name in sorted({name for name, _ in EXACT_LENGTH_CASES})}
 
 
@@ -181,7 +183,7 @@ def test_component_valid_outputs_equal_kokoro_at_exact_length(name, method, tiny
                                                              programs, target, tmp_path):
     mod, params = import_programs(programs[name], method)
     so_path, params_npz = tmp_path / "lib.so", tmp_path / "params.npz"
-    build_library(lower(mod, target), target, so_path)
+    build_library(lower(specialize(mod, BUCKET), target), target, so_path)
     np.savez(params_npz, **params)
     component = TORCH_COMPONENTS[name]
     fn = component.functions[0]
@@ -302,7 +304,7 @@ def test_cuda_lowering_with_step_kernels(monkeypatch):
     monkeypatch.setattr(gpu_lstm, "DEFAULT_KERNEL", StepKernels(8, 4))
     mod, _ = import_programs({"main": _op_program(_lstm(6, 32), 2, 8)}, "tir_vec")
     target = make_target({"kind": "cuda", "arch": "sm_90"})
-    lowered = lower(mod, target)
+    lowered = lower(specialize(mod, 8), target)
     (kernel,) = (f for gv, f in lowered.functions_items()
                  if gv.name_hint.startswith(VEC_KERNEL_PREFIX))
     script = kernel.script()

@@ -50,8 +50,8 @@ def test_the_readme_command_is_a_snakemake_run_of_all():
 
 def test_the_readme_command_plans_every_default_artifact(tmp_path):
     """`-n` added to the README's command on the default config.yaml, in an empty folder: the
-    count of jobs is the README's, and every default library is exported, imported, lowered,
-    built and validated, each once."""
+    count of jobs is the README's, every default library is lowered, built and validated, each
+    once, and every component is exported once and imported once per LSTM method."""
     jobs = dry_run(tmp_path, configfiles=(), command=readme_build_command())
     assert len(jobs) == readme_job_count()
     expected = libraries_of(DEFAULT_CONFIG, DEFAULT_CONFIG["buckets"])
@@ -60,10 +60,13 @@ def test_the_readme_command_plans_every_default_artifact(tmp_path):
                         for w in [job["wildcards"]])
     assert set(validated) == expected and set(validated.values()) == {1}
     per_rule = Counter(job["rule"] for job in jobs)
-    for rule in ("relax", "lower", "build"):
+    for rule in ("lower", "build"):
         assert per_rule[rule] == len(expected), rule
-    # A component's export serves every LSTM method and target of its bucket.
-    assert per_rule["export"] == sum(len(b) for b in DEFAULT_CONFIG["buckets"].values())
+    # A component's export serves every bucket; its import every bucket and target.
+    assert per_rule["export"] == len(COMPONENTS)
+    assert per_rule["relax"] == len({(name, method) for _, name, method, _ in expected})
+    # A bucket's reference values serve every LSTM method and target.
+    assert per_rule["reference"] == sum(len(b) for b in DEFAULT_CONFIG["buckets"].values())
     assert per_rule["dist"] == 1 and per_rule["manifest"] == len(DEFAULT_CONFIG["targets"])
 
 

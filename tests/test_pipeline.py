@@ -71,14 +71,16 @@ def test_build_time_sums_each_stage_and_component(built):
     """measure/build_time over the tiny build: per stage and component as many jobs as there
     are benchmark files, their seconds summed, and the build against itself at ratio 1.00."""
     figures = build_time.job_seconds(built)
-    for stage in ("export", "relax", "lowered", "lib", "validate"):
+    for stage in ("export", "reference", "relax", "lowered", "lib", "validate"):
         for component in COMPONENT_NAMES:
-            files = list((built / "benchmarks" / stage).rglob(f"{component}/**/*.tsv"))
+            folder = built / "benchmarks" / stage
+            files = [*folder.rglob(f"{component}/**/*.tsv"), *folder.glob(f"{component}.tsv")]
             jobs, seconds = figures[(stage, component)]
             assert jobs == len(files) > 0 and seconds > 0
-    decoder_export = (built / "benchmarks/export/decoder/b16.tsv").read_text().split("\n")
-    assert 0 < float(decoder_export[1].split("\t")[0]) <= figures[("export", "decoder")][1]
-    assert figures[("params", "decoder")][0] == 1  # named by the file, not a folder
+    decoder = (built / "benchmarks/reference/decoder/b16.tsv").read_text().split("\n")
+    assert 0 < float(decoder[1].split("\t")[0]) <= figures[("reference", "decoder")][1]
+    for per_component in ("params", "export"):  # named by the file, not a folder
+        assert figures[(per_component, "decoder")][0] == 1
     rows = build_time.main([str(built), str(built)]).splitlines()[2:]
     assert len(rows) == len(figures) + 1 and rows[-1].startswith("| all |")
     assert all(row.split(" | ")[-1] in ("1.00 |", "- |") for row in rows)
@@ -146,18 +148,22 @@ def test_runtime_edit_rebuilds_nothing_in_all(built, workflow):
 
 def test_facts_edit_rebuilds_what_reads_them(built, workflow):
     """An edit of a shared module reaches every stage that imports it (no hand-kept lists):
-    facts.py is read by the model side, so exports and everything after them rerun."""
+    facts.py is read by the model side, so exports, references and everything after them
+    rerun."""
     with edited(workflow, "kokoro_tvm/facts.py"):
         jobs = rules_of(dry_run(built, workflow, "all"))
-    assert jobs["export"] == 5 and jobs["validate"] == 10 and jobs["manifest"] == 2, jobs
+    assert jobs["export"] == jobs["reference"] == 5, jobs
+    assert jobs["validate"] == 10 and jobs["manifest"] == 2, jobs
     assert jobs["dist"] == 2, jobs
 
 
 def test_adding_a_bucket_builds_only_that_bucket(built, workflow, tmp_path):
+    """A new bucket reuses its component's export and import: its reference values, then its
+    library per target."""
     jobs = dry_run(built, workflow, "all",
                    configfiles=overrides(tmp_path, buckets={"bert": [16, 24]}))
-    assert rules_of(jobs) == {"export": 1, "relax": 1, "lower": 2, "build": 2,
-                              "validate": 2, "manifest": 2, "validation_report": 2, "dist": 2}
+    assert rules_of(jobs) == {"reference": 1, "lower": 2, "build": 2, "validate": 2,
+                              "manifest": 2, "validation_report": 2, "dist": 2}
     built_paths = [j["output"] for j in jobs
                    if j["rule"] not in ("manifest", "validation_report", "dist", "all")]
     assert all("bert" in p and "b24" in p for p in built_paths), built_paths
@@ -253,7 +259,7 @@ def test_failed_validation_names_the_library_and_writes_no_report(built, tmp_pat
         [sys.executable, str(REPO / "workflow_scripts/validate.py"),
          "--component", "bert", "--lstm", "none", "--bucket", "16", "--library", str(library),
          "--params", str(wrong),
-         "--reference", str(built / "results/export/bert/b16.reference.npz"),
+         "--reference", str(built / paths.REFERENCE.format(component="bert", bucket=16)),
          "--target-options", json.dumps({"kind": "llvm"}), "--out", str(report)],
         capture_output=True, text=True)
     assert done.returncode == 1, done.stderr

@@ -138,8 +138,8 @@ def test_slurm_build_matches_the_local_build(slurm_build, built, cluster, slurm_
     states = dict(zip(jobs[::2], jobs[1::2]))
     submitted = log.count("has been submitted with SLURM jobid")
     print(f"\nslurm build {seconds:.0f} s, {submitted} slurm jobs ({sorted(set(states.values()))})")
-    # One job for the assets, one per library.
-    assert submitted == 3 and all(s == "COMPLETED" for s in states.values()), (submitted, states)
+    # One job for the assets, one per component's program, one per library.
+    assert submitted == 5 and all(s == "COMPLETED" for s in states.values()), (submitted, states)
     # Nothing is left to do, locally or on the cluster.
     assert dry_run_jobs(slurm_workflow, workdir, *VALIDATIONS) == []
 

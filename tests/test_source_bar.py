@@ -15,6 +15,7 @@ from kokoro_tvm import paths
 from kokoro_tvm.compile.build import build_library
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.relax import import_programs
+from kokoro_tvm.compile.specialize import specialize
 from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.components import probe_inputs
 from kokoro_tvm.measure.metrics import source_metrics, spectral_metrics
@@ -127,10 +128,11 @@ def test_library_source_stays_near_pytorchs_error_at_a_long_bucket(tiny_kmodel, 
     wrapper = DECODER.wrapper(tiny_kmodel).eval()
     with patched(DECODER.patches), torch.no_grad():
         ref = wrapper.source(*args).numpy()
-        program = torch.export.export(_Bound(wrapper, method(fn)), args, strict=False)
+        program = torch.export.export(_Bound(wrapper, method(fn)), args,
+                                      strict=False).run_decompositions()
     mod, params = import_programs({fn.name: program}, "none")
     target = make_target({"kind": "llvm", "mcpu": "host"})
-    build_library(lower(mod, target), target, tmp_path / "source.so")
+    build_library(lower(specialize(mod, bucket), target), target, tmp_path / "source.so")
     np.savez(tmp_path / "params.npz", **params)
     (har,) = run_library(tmp_path / "source.so", tmp_path / "params.npz", fn.name,
                          {name: inputs[name].numpy() for name in fn.inputs})

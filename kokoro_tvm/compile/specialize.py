@@ -17,6 +17,8 @@ import tvm
 from tvm import relax
 
 DEFERRED = "kokoro_tvm.deferred."
+# The importer's function attributes bounding a symbolic length (torch.export's range).
+LENGTH_BOUNDS = ("tir_var_lower_bound", "tir_var_upper_bound")
 _CALL_DPS_PACKED = tvm.ir.Op.get("relax.call_dps_packed")
 
 
@@ -54,6 +56,8 @@ class _EmitDeferred(relax.PyExprMutator):
     def transform(self) -> tvm.IRModule:
         for gvar, func in self.mod_.functions_items():
             if isinstance(func, relax.Function):
+                for bound in LENGTH_BOUNDS:  # the length they bounded is a number now
+                    func = func.without_attr(bound)
                 self.builder_.update_func(gvar, self.visit_expr(func))
         return self.builder_.get()
 

@@ -14,10 +14,10 @@ class RelaxImportFailed(UserError):
 
 
 def relax(exported: PathLike, lstm: str, out: PathLike) -> dict[str, Any]:
-    """An exported component imported into TVM Relax, its LSTMs lowered by ``lstm``
-    (results/relax/{component}/{lstm}/b{bucket}.json); the weights stay inputs (the params
-    stage writes them once per component), and the import's figures are kept as module
-    attributes."""
+    """An exported component imported into TVM Relax with its length symbolic, its LSTMs to be
+    lowered by ``lstm`` (results/relax/{component}/{lstm}.json), for every bucket: the lower
+    stage binds the length. The weights stay inputs (the params stage writes them once per
+    component), and the import's figures are kept as module attributes."""
     import tvm
 
     from kokoro_tvm.compile.relax import import_programs, ir_lines

@@ -114,14 +114,14 @@ def build_probes(root: Path, chosen: list[dict], target_string: str, out: Path
 
     from kokoro_tvm.compile.build import build_library
     from kokoro_tvm.compile.lower import lower
+    from kokoro_tvm.compile.specialize import specialize
     from kokoro_tvm.compile.targets import make_target
 
     smallest = {}
     for entry in chosen:
         smallest.setdefault(entry["component"], entry)
-    modules = [load_ir(root / paths.RELAX.format(
-        component=e["component"], lstm=e["lstm"], bucket=e["bucket"]))
-        for e in smallest.values()]
+    modules = [specialize(load_ir(root / paths.RELAX.format(
+        component=e["component"], lstm=e["lstm"])), e["bucket"]) for e in smallest.values()]
     mod = probes.probe_module(modules)
     (out / "probes").mkdir()
     for name, target in (("device", tvm.target.Target(target_string)),

@@ -1,0 +1,61 @@
+"""model/resampling.py against the F.interpolate calls it stands in for, at the lengths a
+bucket can have, and the patch that puts it into Kokoro's UpSample1d."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kokoro_tvm.model.patches import patched
+from kokoro_tvm.model.resampling import linear_down, linear_up, nearest_up
+
+# SineGen's factor (samples per F0 value), the generator's first upsampling, the decode blocks'.
+FACTORS = (300, 10, 2)
+LENGTHS = (1, 7, 160, 4096)  # 4096 F0 values: the longest frame bucket the tests know, 2048
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("length", LENGTHS)
+def test_nearest_up_is_interpolate_bit_for_bit(dtype, length):
+    x = torch.rand(2, 3, length, dtype=dtype)
+    for factor in FACTORS:
+        assert torch.equal(nearest_up(x, factor),
+                           F.interpolate(x, scale_factor=factor, mode="nearest"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("length", LENGTHS)
+def test_linear_down_is_interpolate_bit_for_bit(dtype, length):
+    x = torch.randn(2, 9, 300 * length, dtype=dtype)
+    assert torch.equal(linear_down(x, 300),
+                       F.interpolate(x, scale_factor=1 / 300, mode="linear"))
+
+
+@pytest.mark.parametrize("dtype, rounding", [(torch.float32, 4e-7), (torch.float64, 1e-15)])
+@pytest.mark.parametrize("length", LENGTHS)
+def test_linear_up_is_interpolate_to_rounding(dtype, rounding, length):
+    """SineGen's use: a phase that grows to hundreds of thousands of radians, blended between
+    neighbours; the positions and weights are PyTorch's, the blend's rounding may differ."""
+    x = torch.cumsum(torch.rand(2, 9, length, dtype=dtype), dim=-1) * 300
+    expected = F.interpolate(x, scale_factor=300, mode="linear")
+    found = linear_up(x, 300)
+    assert found.shape == expected.shape and found.dtype == dtype
+    assert float((found - expected).abs().max() / expected.abs().max()) < rounding
+
+
+def test_linear_down_refuses_an_odd_factor():
+    with pytest.raises(ValueError, match="odd"):
+        linear_down(torch.zeros(1, 1, 9), 3)
+
+
+def test_nearest_upsample_patch_keeps_kokoros_upsample1d():
+    from kokoro.istftnet import UpSample1d
+
+    x = torch.randn(1, 4, 33)
+    expected = {kind: UpSample1d(kind)(x) for kind in ("none", True)}
+    before = UpSample1d.forward
+    with patched(("nearest_upsample",)):
+        assert UpSample1d.forward is not before
+        for kind, value in expected.items():
+            assert torch.equal(UpSample1d(kind)(x), value)
+    assert UpSample1d.forward is before
