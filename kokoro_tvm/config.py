@@ -5,7 +5,6 @@ Every error names the offending key and says how to fix it, and is raised before
 """
 from __future__ import annotations
 
-import importlib.resources
 import json
 import re
 from pathlib import Path
@@ -17,22 +16,11 @@ import yaml
 from kokoro_tvm.assets.model_config import KOKORO_82M, frame_size_error, merge
 from kokoro_tvm.assets.voices import KNOWN_NPM_VOICES, VOICE_FILE_SUFFIXES, folder_voice_file
 from kokoro_tvm.errors import UserError
+from kokoro_tvm.schema import schema
 
 
 class ConfigError(UserError, ValueError):
     """A config value that cannot work; the message names the key."""
-
-
-def schema() -> dict[str, Any]:
-    text = (importlib.resources.files("kokoro_tvm") / "schemas" / "config.schema.yaml").read_text()
-    return yaml.safe_load(text)
-
-
-def bucket_range(axis: str) -> tuple[int, int | None]:
-    """The smallest and largest bucket the schema allows for ``axis`` (tokens or frames; None:
-    no largest)."""
-    items = schema()["$defs"][f"{axis[:-1]}_buckets"]["items"]
-    return items["minimum"], items.get("maximum")
 
 
 def _key(path) -> str:

@@ -31,14 +31,32 @@ def test_linear_down_is_interpolate_bit_for_bit(dtype, length):
                        F.interpolate(x, scale_factor=1 / 300, mode="linear"))
 
 
+class LinearUp(torch.nn.Module):
+    def forward(self, x):
+        return linear_up(x, 300)
+
+
+@pytest.fixture(scope="module")
+def exported_linear_up():
+    """linear_up as torch.export traces it (the length symbolic), runnable."""
+    length = torch.export.Dim("length", min=2)
+    return {dtype: torch.export.export(
+        LinearUp(), (torch.zeros(2, 9, 8, dtype=dtype),), strict=False,
+        dynamic_shapes=({2: length},)).module() for dtype in (torch.float32, torch.float64)}
+
+
 @pytest.mark.parametrize("dtype, rounding", [(torch.float32, 4e-7), (torch.float64, 1e-15)])
 @pytest.mark.parametrize("length", LENGTHS)
-def test_linear_up_is_interpolate_to_rounding(dtype, rounding, length):
+def test_linear_up_is_interpolate_to_rounding(dtype, rounding, length, exported_linear_up):
     """SineGen's use: a phase that grows to hundreds of thousands of radians, blended between
-    neighbours; the positions and weights are PyTorch's, the blend's rounding may differ."""
+    neighbours. Exported: the positions and weights are PyTorch's, the blend's rounding may
+    differ; run eagerly: interpolate itself."""
     x = torch.cumsum(torch.rand(2, 9, length, dtype=dtype), dim=-1) * 300
     expected = F.interpolate(x, scale_factor=300, mode="linear")
-    found = linear_up(x, 300)
+    assert torch.equal(linear_up(x, 300), expected)
+    graph = exported_linear_up[dtype].graph
+    assert not any("upsample" in str(node.target) for node in graph.nodes), graph
+    found = exported_linear_up[dtype](x)
     assert found.shape == expected.shape and found.dtype == dtype
     assert float((found - expected).abs().max() / expected.abs().max()) < rounding
 

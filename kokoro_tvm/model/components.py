@@ -22,7 +22,6 @@ from torch import nn
 
 from kokoro_tvm import components
 from kokoro_tvm.components import Function, crop, probe_inputs, valid_length
-from kokoro_tvm.config import bucket_range
 from kokoro_tvm.model.inputs import (
     bert_inputs,
     decoder_inputs,
@@ -47,6 +46,7 @@ from kokoro_tvm.model.wrappers import (
     TextEncoderWrapper,
     source_float64,
 )
+from kokoro_tvm.schema import bucket_range
 
 
 @dataclass(frozen=True, kw_only=True)
