@@ -32,20 +32,21 @@ def linear_up(x: torch.Tensor, factor: int) -> torch.Tensor:
     """``F.interpolate(x, scale_factor=factor, mode="linear")`` along the last axis of ``x``
     [B, C, N] (``align_corners=False``).
 
-    Exported, output j reads the source position (j + 0.5) / factor - 0.5, clamped at 0,
-    between its two neighbours, the last repeated at the end, in ``x``'s dtype as PyTorch's CPU
-    kernel computes it. Run eagerly it is ``F.interpolate`` itself: the blend rounds otherwise
-    than PyTorch's compiled kernel (1e-7 relative), which SineGen's phase of hundreds of
-    thousands of radians turns into a waveform 38 dB from Kokoro's, and the PyTorch reference
-    must stay Kokoro's bit for bit where no padding reaches (tests/test_padding.py)."""
+    Exported, it is torch's own decomposition of that call with the length an integer: output j
+    reads the source position (j + 0.5) / factor - 0.5, clamped at 0, between its two
+    neighbours (the last repeated at the end), in ``x``'s dtype, and blends them as
+    ``left + (right - left) * weight``. Run eagerly it is ``F.interpolate`` itself: that blend
+    rounds otherwise than PyTorch's compiled kernel (1e-7 relative), which SineGen's phase of
+    hundreds of thousands of radians turns into a waveform 38 dB from Kokoro's, and the PyTorch
+    reference must stay Kokoro's bit for bit where no padding reaches (tests/test_padding.py)."""
     if not torch.compiler.is_exporting():
         return F.interpolate(x, scale_factor=factor, mode="linear")
     length = x.shape[-1]
     position = torch.arange(length * factor, dtype=x.dtype, device=x.device)
-    scale = torch.tensor(1 / factor, dtype=x.dtype, device=x.device)
-    source = torch.clamp(scale * (position + 0.5) - 0.5, min=0)
+    source = torch.clamp((1 / factor) * (position + 0.5) - 0.5, min=0)
     left = source.to(torch.int64)
     weight = source - left.to(x.dtype)
     right = torch.clamp(left + 1, max=length - 1)
     # index_select, not indexing: TVM infers its result's shape where the length is symbolic.
-    return x.index_select(-1, left) * (1 - weight) + x.index_select(-1, right) * weight
+    near = x.index_select(-1, left)
+    return near + (x.index_select(-1, right) - near) * weight.clamp(0, 1)
