@@ -34,8 +34,6 @@ def lstm_nodes(program: torch.export.ExportedProgram) -> list[str]:
             if n.op == "call_function" and getattr(n.target, "__name__", "") in LSTM_OPS]
 
 
-
-
 def _state_dict_keys(program: torch.export.ExportedProgram) -> dict[str, str]:
     """Placeholder name -> KModel state-dict key of every parameter input of the program."""
     kind = torch.export.graph_signature.InputKind.PARAMETER
@@ -85,9 +83,8 @@ def import_program(program: torch.export.ExportedProgram, lstm: str
     symbolic length stays symbolic, and our ops are placeholders until
     ``specialize.specialize`` makes the module a bucket's."""
     without = lstm == paths.WITHOUT_LSTM
-    if without and lstm_nodes(program):
-        raise ValueError(f"lstm method 'none' used for a program with LSTMs: "
-                         f"{lstm_nodes(program)}")
+    if without and (found := lstm_nodes(program)):
+        raise ValueError(f"lstm method 'none' used for a program with LSTMs: {found}")
     mod = from_exported_program(program, keep_params_as_input=True, run_ep_decomposition=False,
                                 custom_convert_map={**CONVERTERS, **OUR_OPS,
                                                     **({} if without else converters(lstm))})
