@@ -4,3 +4,29 @@ build) and the runtime side (library, bare) without either importing the other."
 # Function ``f`` of a library comes with ``f + TRANSFORM_SUFFIX``, which takes the weights by
 # KModel state-dict key and returns the prepared weights that ``f`` takes after its inputs.
 TRANSFORM_SUFFIX = "_transform_params"
+
+# A decoder library's ``NOISE_FUNCTION(key)`` draws the noise inputs its source function takes,
+# on the library's device (compile/noise.py); ``key`` is ``noise_key(seed)``.
+NOISE_FUNCTION = "noise"
+NOISE_KEY = "key"
+# What it returns, in order: the source function's inputs of these names.
+NOISE_INPUTS = ("phase_noise", "sine_noise")
+# Its generator, Philox4x32-10 (Random123): multipliers, Weyl key increments, rounds; words per
+# counter; the counter's second word for the samples' and the phases' streams.
+PHILOX_MULTIPLIERS = (0xD2511F53, 0xCD9E8D57)
+PHILOX_KEY_STEPS = (0x9E3779B9, 0xBB67AE85)
+PHILOX_ROUNDS = 10
+PHILOX_WORDS = 4
+SAMPLE_STREAM, PHASE_STREAM = 0, 1
+# Seeds are its 64-bit keys (numpy's generators, the CPU's, would take any size).
+MAX_SEED = 2**64 - 1
+
+
+def noise_key(seed: int):
+    """The generator's key for ``seed``: its low and high 32 bits, as the uint32 array
+    ``NOISE_FUNCTION`` takes."""
+    import numpy as np
+
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"a noise seed is a whole number from 0 to {MAX_SEED}, not {seed}")
+    return np.array([seed & 0xFFFFFFFF, seed >> 32], dtype=np.uint32)

@@ -232,7 +232,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--speed", type=float, default=1.0,
                    help="{} to {} (default 1: Kokoro's normal pace)".format(*SPEED_RANGE))
     p.add_argument("--seed", type=int, default=0,
-                   help="0 or more: seeds SineGen's noise (the same seed, the same audio)")
+                   help="0 to 2**64-1: seeds SineGen's noise (the same seed, the same audio)")
     p.add_argument("--engine", default="tvm", choices=ENGINES,
                    help="tvm: the compiled libraries (default); torch: the PyTorch reference on "
                         "the same weights (needs kokoro-tvm[build])")

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from kokoro_tvm.abi import NOISE_INPUTS
 from kokoro_tvm.facts import COMPONENT_NAMES, F0_PER_FRAME, SAMPLES_PER_FRAME
 
 
@@ -105,7 +106,7 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in (
               length_axes={"en": (2, 1), "frame_mask": (1, 1), "f0": (1, F0_PER_FRAME),
                            "n": (1, F0_PER_FRAME)}),
     Component(name="decoder", axis="frames", has_lstm=False,
-              functions=(Function("source", ("f0", "phase_noise", "sine_noise", "frame_mask"),
+              functions=(Function("source", ("f0", *NOISE_INPUTS, "frame_mask"),
                                   ("har",), tight=False),
                          Function("body", ("asr", "f0", "n", "s", "har", "frame_mask"),
                                   ("audio",), quantizable=True)),

@@ -58,7 +58,8 @@ BAD_REQUESTS = [
     (["Hello", "--voice", "zf_xiaobei"], "unknown voice 'zf_xiaobei'"),
     (["Hello", "--voice", "af_heart:nan"], "weight nan of af_heart must be a finite number"),
     (["Hello", "--voice", "af_heart:2,af_heart:-1"], "weight -1.0 of af_heart must be"),
-    (["Hello", "--seed", "-1"], "seed -1 is not a whole number of 0 or more"),
+    (["Hello", "--seed", "-1"], "seed -1 is not a whole number from 0 to 18446744073709551615"),
+    (["Hello", "--seed", str(2**64)], "seed 18446744073709551616 is not a whole number from 0"),
     (["Hello", "--lstm", "tir_vecc"], "has no libraries with LSTM lowering 'tir_vecc'"),
     (["   "], "the text is empty"),
     (["-"], "the text is empty"),  # standard input, empty

@@ -65,6 +65,9 @@ def test_every_library_validates_and_is_in_the_manifest(built):
             assert report["passed"] and report["metrics"]
             assert all(m["passed"] for m in report["metrics"].values() if "tolerance" in m
                        and m["tolerance"] is not None)
+            # The decoder's own noise generator (compile/noise.py) is checked too.
+            noise_checked = "noise.samples.relative_error" in report["metrics"]
+            assert noise_checked == (entry["component"] == "decoder")
 
 
 def test_build_time_sums_each_stage_and_component(built):

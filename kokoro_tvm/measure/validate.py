@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from kokoro_tvm.abi import NOISE_FUNCTION, NOISE_INPUTS, NOISE_KEY, noise_key
 from kokoro_tvm.components import COMPONENTS, Component, crop, valid_length
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.measure.metrics import (
@@ -152,6 +153,26 @@ def _length_exact(component: Component, env: dict[str, np.ndarray],
     return metrics
 
 
+# The seed a library's NOISE_FUNCTION (compile/noise.py) is checked at: one with high bits, so
+# that both words of the key count.
+NOISE_SEED = (1 << 32) + 12345
+
+
+def _library_noise(so_path, params_npz, device: str) -> dict[str, dict[str, Any]]:
+    """The library's own noise generator against its numpy implementation (measure/philox.py),
+    with the tight bar: the same integers, then float32 transcendentals."""
+    from kokoro_tvm.measure.philox import device_noise
+
+    phases, noise = run_library(so_path, params_npz, NOISE_FUNCTION,
+                                {NOISE_KEY: noise_key(NOISE_SEED)}, device)
+    want_phases, want_noise = device_noise(NOISE_SEED, noise.shape[1])
+    metrics = {}
+    for name, out, ref in (("phases", phases, want_phases), ("samples", noise, want_noise)):
+        for key, entry in tight_metrics(out, ref, TIGHT_RELATIVE).items():
+            metrics[f"{NOISE_FUNCTION}.{name}.{key}"] = entry
+    return metrics
+
+
 def validate_component(name: str, bucket: int, so_path: str | os.PathLike,
                        params_npz: str | os.PathLike, reference: Mapping[str, np.ndarray],
                        device: str = "cpu", precision: str = "float32") -> dict[str, Any]:
@@ -170,6 +191,8 @@ def validate_component(name: str, bucket: int, so_path: str | os.PathLike,
     if component.float64_output is not None:
         metrics.update(_float64(component, env, reference, bucket))
     metrics.update(_length_exact(component, env, reference, snr_cap))
+    if any(set(NOISE_INPUTS) <= set(fn.inputs) for fn in component.functions):
+        metrics.update(_library_noise(so_path, params_npz, device))
     judged = [m["passed"] for m in metrics.values() if "passed" in m]
     return {"component": name, "bucket": bucket, "metrics": metrics,
             "passed": bool(judged) and all(judged)}

@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from kokoro_tvm import paths
+from kokoro_tvm.abi import NOISE_FUNCTION, NOISE_INPUTS, NOISE_KEY, noise_key
 from kokoro_tvm.components import COMPONENTS
 from kokoro_tvm.facts import (
     COMPONENT_NAMES,
@@ -73,14 +74,19 @@ class Buckets:
         return self.library(bucket)(function, inputs)
 
 
-def _device(folder: ModelFolder, kernels: Sequence[Path]):
-    """The device the folder's libraries run on, with cuda kernels taken from ``kernels``."""
+def device_kind(folder: ModelFolder) -> str:
+    """The kind of device the folder's libraries run on (``cpu`` or ``cuda``)."""
     kinds = {entry["device"] for entry in folder.libraries}
     if len(kinds) != 1:
         raise ModelFolderError(f"{folder.path} mixes devices {sorted(kinds)}: rebuild it with: "
                                f"{build_command(folder.target)}")
     (kind,) = kinds
-    return cuda.device(kind, kernels)
+    return kind
+
+
+def _device(folder: ModelFolder, kernels: Sequence[Path]):
+    """The device the folder's libraries run on, with cuda kernels taken from ``kernels``."""
+    return cuda.device(device_kind(folder), kernels)
 
 
 def load_components(folder: ModelFolder, lstm: str | None, kernels: Sequence[Path] = (),
@@ -136,6 +142,9 @@ def _padded(values: np.ndarray, size: int, axis: int = -1) -> np.ndarray:
 
 
 Noise = Callable[[int, int], tuple[np.ndarray, np.ndarray]]
+# TvmEngine's ``noise`` that has the decoder libraries draw it on their device (their
+# NOISE_FUNCTION, compile/noise.py): the default where they run on a GPU.
+LIBRARY_NOISE = "library"
 
 
 @dataclass
@@ -147,7 +156,8 @@ class TvmProsody:
     f0: np.ndarray  # [1, F0_PER_FRAME * frames]
     n: np.ndarray  # [1, F0_PER_FRAME * frames]
     style: np.ndarray  # [1, 128], the decoder's half of the style
-    noise: Future  # SineGen's draws for all the frames (Noise)
+    seed: int
+    noise: Future | None  # SineGen's draws for all the frames (Noise); None: the library's
 
 
 # Gaussian noise is drawn in chunks of this many samples, each from its own stream spawned from
@@ -181,21 +191,28 @@ def numpy_noise(seed: int, frames: int) -> tuple[np.ndarray, np.ndarray]:
 class TvmEngine:
     """Kokoro from the compiled libraries of a model folder; see the module docstring.
 
-    ``noise`` draws SineGen's randomness for the valid frames (padding gets zeros); the default
-    needs only numpy, ``TorchEngine.noise`` (model/reference.py) reproduces PyTorch's draws for
-    comparisons. ``allocator`` is TVM's for the libraries' calls: "pooled" keeps every bucket's
-    activations once it has run (the fastest for one utterance at a time), "naive" frees them
-    after each call, so that a process that runs every bucket (a server) holds the largest
-    call's activations, not the sum of all (docs/serving.md, Memory). ``max_frames`` leaves
-    out the frame buckets above it: longer chunks are split (speech.py halves them at a clause
-    or word boundary), which bounds each call's time and memory.
+    ``noise`` draws SineGen's randomness for the valid frames (padding gets zeros):
+    ``numpy_noise`` (the default on a CPU) needs only numpy, ``TorchEngine.noise``
+    (model/reference.py) reproduces PyTorch's draws for comparisons, and ``LIBRARY_NOISE`` (the
+    default on a GPU) has each decoder library draw it where it runs, padding included, so that
+    no noise crosses to the device (docs/gpu.md, CUDA speed). ``allocator`` is TVM's for the
+    libraries' calls: "pooled" keeps every bucket's activations once it has run (the fastest
+    for one utterance at a time), "naive" frees them after each call, so that a process that
+    runs every bucket (a server) holds the largest call's activations, not the sum of all
+    (docs/serving.md, Memory). ``max_frames`` leaves out the frame buckets above it: longer
+    chunks are split (speech.py halves them at a clause or word boundary), which bounds each
+    call's time and memory.
     """
 
     def __init__(self, folder: ModelFolder | str | Path, *, lstm: str | None = None,
-                 noise: Noise = numpy_noise, kernels: Sequence[Path] = (),
+                 noise: Noise | str | None = None, kernels: Sequence[Path] = (),
                  allocator: str = "pooled", max_frames: int | None = None):
         self.folder = folder if isinstance(folder, ModelFolder) else ModelFolder(folder)
         self.components = load_components(self.folder, lstm, kernels, allocator, max_frames)
+        if noise is None:
+            noise = LIBRARY_NOISE if device_kind(self.folder) == "cuda" else numpy_noise
+        if noise == LIBRARY_NOISE:
+            self._check_library_noise()
         self.noise = noise
         self._background = ThreadPoolExecutor(1)
         self.timings: dict[str, float] = {}
@@ -205,6 +222,16 @@ class TvmEngine:
         started = time.perf_counter()
         self._prepare()
         self._timed("prepare", started)
+
+    def _check_library_noise(self) -> None:
+        decoder = self.components["decoder"]
+        lacking = sorted(bucket for bucket, entry in decoder.entries.items()
+                         if NOISE_FUNCTION not in entry["transforms"])
+        if lacking:
+            raise ModelFolderError(
+                f"the decoder libraries of {self.folder.path} at buckets {lacking} were built "
+                f"without the {NOISE_FUNCTION} function that draws the noise on their device; "
+                f"rebuild the folder with: {build_command(self.folder.target)}")
 
     def _prepare(self) -> None:
         """Every component's prepared weights, the largest component first, with its smallest
@@ -281,13 +308,15 @@ class TvmEngine:
         started = time.perf_counter()
         bucket = c["f0n"].fit(total)
         c["decoder"].fit(total)  # a chunk too long for the decoder is refused here, not later
-        noise = self._background.submit(self.noise, seed, total)
+        noise = (None if self.noise == LIBRARY_NOISE
+                 else self._background.submit(self.noise, seed, total))
         (f0, noise_n) = c["f0n"].run(bucket, "main", {
             "en": _padded(en, bucket), "s": style_prosody,
             "frame_mask": np.arange(bucket)[None, :] >= total})  # True on padding
         self._timed("f0n", started)
         steps = F0_PER_FRAME * total
-        return TvmProsody(frames, asr, f0[:, :steps], noise_n[:, :steps], style_decoder, noise)
+        return TvmProsody(frames, asr, f0[:, :steps], noise_n[:, :steps], style_decoder, seed,
+                          noise)
 
     def decode_frames(self, frames: int) -> int:
         """The decoder bucket that ``frames`` frames are padded to."""
@@ -297,25 +326,28 @@ class TvmEngine:
         """The decoder on the first ``frames`` frames of ``prosody`` alone (all by default)."""
         total = prosody.asr.shape[-1]
         frames = total if frames is None else min(frames, total)
-        started = time.perf_counter()
-        phase_noise, sine_noise = prosody.noise.result()
-        self._timed("noise", started)  # what f0n did not hide
-
-        started = time.perf_counter()
         bucket = self.components["decoder"].fit(frames)
         library = self.components["decoder"].library(bucket)
+        started = time.perf_counter()
+        if prosody.noise is None:  # drawn by the library, on its device, for the whole bucket
+            noise = dict(zip(NOISE_INPUTS, library.on_device(
+                NOISE_FUNCTION, {NOISE_KEY: noise_key(prosody.seed)})))
+        else:
+            phase_noise, sine_noise = prosody.noise.result()
+            # A prefix of the chunk's noise is the noise of that many frames (numpy_noise).
+            noise = dict(zip(NOISE_INPUTS, (phase_noise, _padded(
+                sine_noise[:, :SAMPLES_PER_FRAME * frames], SAMPLES_PER_FRAME * bucket, axis=1))))
+        self._timed("noise", started)  # on the host: what f0n did not hide
+
+        started = time.perf_counter()
         self.decoder_frames["asked"] += frames
         self.decoder_frames["computed"] += bucket
         steps, bucket_steps = F0_PER_FRAME * frames, F0_PER_FRAME * bucket
         common = {"f0": _padded(prosody.f0[:, :steps], bucket_steps),
                   "frame_mask": np.arange(bucket)[None, :] >= frames}  # True on padding
-        # A prefix of the chunk's noise is the noise of that many frames (numpy_noise).
-        sine_noise = _padded(sine_noise[:, :SAMPLES_PER_FRAME * frames],
-                             SAMPLES_PER_FRAME * bucket, axis=1)
         # The harmonic source stays on the device for the body (on a GPU, its 22 channels of
         # 245,761 STFT frames, 21.6 MB at 2048 frames, would otherwise go to the host and back).
-        (har,) = library.on_device("source", {
-            **common, "phase_noise": phase_noise, "sine_noise": sine_noise})
+        (har,) = library.on_device("source", {**common, **noise})
         (audio,) = library("body", {
             **common, "asr": _padded(prosody.asr[:, :, :frames], bucket),
             "n": _padded(prosody.n[:, :steps], bucket_steps), "s": prosody.style, "har": har})

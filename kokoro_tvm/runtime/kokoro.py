@@ -17,6 +17,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from kokoro_tvm.abi import MAX_SEED
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.facts import DEFAULT_VOICE, SAMPLE_RATE
 from kokoro_tvm.runtime import g2p
@@ -59,10 +60,10 @@ def check_speed(speed: float) -> float:
 
 
 def check_seed(seed: int) -> int:
-    """``seed`` if it is a whole number of 0 or more (numpy's generators take no other)."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise RequestError(f"seed {seed!r} is not a whole number of 0 or more: give one such as "
-                           "0 (the same seed gives the same audio)")
+    """``seed`` if it is a whole number from 0 to MAX_SEED (the generators' 64-bit keys)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise RequestError(f"seed {seed!r:.40} is not a whole number from 0 to {MAX_SEED}: give "
+                           "one such as 0 (the same seed gives the same audio)")
     return seed
 
 

@@ -11,6 +11,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from kokoro_tvm.abi import MAX_SEED
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.runtime import g2p
 from kokoro_tvm.runtime.kokoro import SPEED_RANGE, Kokoro
@@ -30,7 +31,6 @@ OPENAI_VOICES = {
 }
 FIELDS = ("model", "input", "voice", "response_format", "speed", "stream_format",
           "instructions", "lang", "seed", "stream")
-MAX_SEED = 2**64 - 1  # numpy's seeds are unbounded, but a request's need not be
 # Characters that mark a text as garbled rather than speakable: Unicode controls other than
 # the whitespace ones, and unpaired surrogates.
 ALLOWED_CONTROLS = "\t\n\r"
