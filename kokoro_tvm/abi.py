@@ -5,6 +5,12 @@ build) and the runtime side (library, bare) without either importing the other."
 # KModel state-dict key and returns the prepared weights that ``f`` takes after its inputs.
 TRANSFORM_SUFFIX = "_transform_params"
 
+# A library with an input gathered from tokens into frames (components.ALIGNED_INPUTS) has
+# ``ALIGN_FUNCTION(source, FRAME_TOKEN)``: that input from the token-side output ``source`` at
+# any token bucket and the token of each frame (int32, -1 on padding; compile/alignment.py).
+ALIGN_FUNCTION = "align"
+FRAME_TOKEN = "frame_token"
+
 # A decoder library's ``NOISE_FUNCTION(key)`` draws the noise inputs its source function takes,
 # on the library's device (compile/noise.py); ``key`` is ``noise_key(seed)``.
 NOISE_FUNCTION = "noise"

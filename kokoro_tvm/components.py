@@ -120,6 +120,15 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in (
 )}
 assert tuple(COMPONENTS) == COMPONENT_NAMES
 
+# Frame-side inputs that are a token-side output gathered into frames (the alignment: frame f
+# takes token index[f]'s features): input -> the output it is gathered from.
+ALIGNED_INPUTS = {"en": "d", "asr": "t_en"}
+
+
+def token_axis(output: str) -> int:
+    """The token axis of a token-side component's output."""
+    return next(c.length_axes[output][0] for c in COMPONENTS.values() if output in c.outputs)
+
 
 def valid_length(name: str, inputs: dict[str, Any]) -> int:
     """The utterance's length in the bucket's units (tokens or frames), from its mask (a tensor

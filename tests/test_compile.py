@@ -16,13 +16,14 @@ import torch
 import tvm
 import tvm_ffi
 
+from kokoro_tvm.abi import ALIGN_FUNCTION, FRAME_TOKEN, NOISE_FUNCTION, NOISE_INPUTS
 from kokoro_tvm.compile.build import build_library
 from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.relax import import_programs
 from kokoro_tvm.compile.specialize import length_vars, specialize
 from kokoro_tvm.compile.targets import make_target
-from kokoro_tvm.components import valid_length
-from kokoro_tvm.measure.validate import validate_component
+from kokoro_tvm.components import ALIGNED_INPUTS, token_axis, valid_length
+from kokoro_tvm.measure.validate import run_library, validate_component
 from kokoro_tvm.model.components import (
     TORCH_COMPONENTS,
     export_component,
@@ -87,9 +88,15 @@ def test_library_holds_no_weights(built):
 
 
 def test_signature_matches_registry(built):
+    """The component's functions, and those lowering adds: ``align`` where an input is gathered
+    from tokens into frames (f0n, decoder), ``noise`` where the noise is an input (decoder)."""
     functions = built.info["functions"]
     component = TORCH_COMPONENTS[built.name]
-    assert sorted(functions) == sorted(f.name for f in component.functions)
+    added = ([ALIGN_FUNCTION] if set(component.inputs) & set(ALIGNED_INPUTS) else []) + (
+        [NOISE_FUNCTION] if set(NOISE_INPUTS) <= set(component.inputs) else [])
+    assert added == {"f0n": [ALIGN_FUNCTION], "decoder": [ALIGN_FUNCTION, NOISE_FUNCTION]}.get(
+        built.name, [])
+    assert sorted(functions) == sorted([f.name for f in component.functions] + added)
     for fn in component.functions:
         signature = functions[fn.name]
         assert [i["name"] for i in signature["inputs"]] == list(fn.inputs)
@@ -97,6 +104,33 @@ def test_signature_matches_registry(built):
         assert set(signature["weights"]) <= set(built.params)
     used = {w for signature in functions.values() for w in signature["weights"]}
     assert used == set(built.params), "every stored weight is some function's input"
+
+
+def test_align_gathers_token_features_into_frames(built):
+    """The library's align (f0n's en from duration's d, the decoder's asr from the text
+    encoder's t_en) at two token counts, the source's token axis being symbolic: frame f holds
+    token frame_token[f]'s features, padding frames (-1) zeros."""
+    aligned = [i for i in TORCH_COMPONENTS[built.name].inputs if i in ALIGNED_INPUTS]
+    if not aligned:
+        assert ALIGN_FUNCTION not in built.info["functions"]
+        return
+    (name,) = aligned
+    source_name = ALIGNED_INPUTS[name]
+    (frame_token,) = built.info["functions"][ALIGN_FUNCTION]["inputs"][1:]
+    assert frame_token == {"name": FRAME_TOKEN, "shape": [BUCKET], "dtype": "int32"}
+    channels = built.info["functions"][ALIGN_FUNCTION]["outputs"][0]["shape"][1]
+    rng = np.random.default_rng(0)
+    for tokens in (5, 12):
+        shape = (1, tokens, channels) if token_axis(source_name) == 1 else (1, channels, tokens)
+        source = rng.standard_normal(shape).astype(np.float32)
+        index = np.full(BUCKET, -1, np.int32)
+        index[:BUCKET - 3] = np.sort(rng.integers(0, tokens, BUCKET - 3))
+        (out,) = run_library(built.so_path, built.params_npz, ALIGN_FUNCTION,
+                             {source_name: source, FRAME_TOKEN: index})
+        by_channel = source[0].T if token_axis(source_name) == 1 else source[0]
+        expected = np.zeros((1, channels, BUCKET), np.float32)
+        expected[0, :, :BUCKET - 3] = by_channel[:, index[:BUCKET - 3]]
+        np.testing.assert_array_equal(out, expected)
 
 
 def test_one_import_serves_every_bucket(built, tiny_kmodel):

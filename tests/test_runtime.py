@@ -15,7 +15,7 @@ from kokoro_tvm.facts import SAMPLES_PER_FRAME
 from kokoro_tvm.measure import bench_folders
 from kokoro_tvm.measure.metrics import snr_db
 from kokoro_tvm.model.reference import TorchEngine
-from kokoro_tvm.runtime.engine import TvmEngine
+from kokoro_tvm.runtime.engine import LIBRARY_NOISE, TvmEngine
 from kokoro_tvm.runtime.library import Library, Weights
 from kokoro_tvm.runtime.model_folder import ModelFolder, ModelFolderError
 from kokoro_tvm.runtime.voices import style_for
@@ -64,6 +64,21 @@ def test_changed_library_is_refused_when_loaded(built, tmp_path):
     library.write_bytes(library.read_bytes() + b"\0")
     with pytest.raises(ModelFolderError, match="does not match the model folder's sha256"):
         folder.file(folder.libraries[0]["library"])
+
+
+@pytest.mark.parametrize("function, noise", [("align", None), ("noise", LIBRARY_NOISE)])
+def test_a_folder_whose_libraries_lack_a_function_is_refused(built, tmp_path, function, noise):
+    """A folder built before the alignment (or the noise) moved into the libraries: refused
+    when the engine starts, naming the function and the rebuild, before any utterance."""
+    copy = tmp_path / "model"
+    shutil.copytree(model_folder(built), copy)
+    manifest = json.loads((copy / paths.MODEL_MANIFEST).read_text())
+    for entry in manifest["libraries"]:
+        entry["transforms"].pop(function, None)
+    (copy / paths.MODEL_MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(ModelFolderError, match=rf"lacks {function}: it was built by an older "
+                                               r"kokoro-tvm; rebuild the folder with: snakemake"):
+        TvmEngine(copy, noise=noise)
 
 
 def test_equal_prepared_weights_are_kept_once(built):

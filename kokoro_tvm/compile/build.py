@@ -26,8 +26,10 @@ from kokoro_tvm.compile import gpu
 
 
 def _tensor_signature(ty) -> dict[str, Any]:
-    """Shape and dtype of a Relax tensor type (static shapes only)."""
-    return {"shape": [int(d) for d in ty.shape], "dtype": str(ty.dtype)}
+    """Shape and dtype of a Relax tensor type; a symbolic dimension by its name (``align``'s
+    token count)."""
+    return {"shape": [int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in ty.shape],
+            "dtype": str(ty.dtype)}
 
 
 def _outputs(ret_ty) -> list[dict[str, Any]]:

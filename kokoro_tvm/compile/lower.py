@@ -36,6 +36,7 @@ from tvm import relax, topi
 
 from kokoro_tvm.abi import TRANSFORM_SUFFIX
 from kokoro_tvm.compile import schedules
+from kokoro_tvm.compile.alignment import add_align_function
 from kokoro_tvm.compile.noise import add_noise_function
 
 SKIPPED_PASSES = ("FoldConstant",)
@@ -165,7 +166,7 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: bool = True,
     # between the first and last that touch the call's inputs and outputs): at these sizes a
     # call is otherwise bound by kernel launches.
     graphs = {"relax.backend.use_cuda_graph": "gpu" in target.keys}
-    mod = add_noise_function(mod, target)
+    mod = add_align_function(add_noise_function(mod, target), target)
     with target, tvm.transform.PassContext(config=graphs):
         return tvm.transform.Sequential(passes(target, schedule, tuning_db,
                                                precision=precision))(mod)

@@ -1,12 +1,14 @@
 """Speaking with the compiled libraries: Kokoro's forward pass, bucketed, with no PyTorch.
 
 For one chunk of T tokens the engine picks, per component, the smallest bucket that fits, pads
-with zeros and masks, runs bert -> duration -> (host: durations, alignment) -> text_encoder ->
-f0n (``prosody``) -> decoder (``decode``, also on the first frames alone: a stream's lead),
-and trims the audio to SAMPLES_PER_FRAME samples per valid frame. Libraries and weights come
-from a model folder (runtime/model_folder.py), each file checked against its sha256 when first
-used. They run on the device the folder's manifest names (the CPU, or the first CUDA GPU, where
-each component's weights are uploaded and prepared once).
+with zeros and masks, runs bert -> duration -> (host: durations) -> text_encoder -> f0n
+(``prosody``) -> decoder (``decode``, also on the first frames alone: a stream's lead), and
+trims the audio to SAMPLES_PER_FRAME samples per valid frame. The token side's features stay
+on the device: the f0n and decoder libraries gather them into frames themselves (their
+ALIGN_FUNCTION), from the token of each frame, which the host computes from the durations.
+Libraries and weights come from a model folder (runtime/model_folder.py), each file checked
+against its sha256 when first used. They run on the device the folder's manifest names (the
+CPU, or the first CUDA GPU, where each component's weights are uploaded and prepared once).
 """
 from __future__ import annotations
 
@@ -20,8 +22,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from kokoro_tvm import paths
-from kokoro_tvm.abi import NOISE_FUNCTION, NOISE_INPUTS, NOISE_KEY, noise_key
-from kokoro_tvm.components import COMPONENTS
+from kokoro_tvm.abi import (
+    ALIGN_FUNCTION,
+    FRAME_TOKEN,
+    NOISE_FUNCTION,
+    NOISE_INPUTS,
+    NOISE_KEY,
+    noise_key,
+)
+from kokoro_tvm.components import ALIGNED_INPUTS, COMPONENTS
 from kokoro_tvm.facts import (
     COMPONENT_NAMES,
     F0_PER_FRAME,
@@ -69,9 +78,23 @@ class Buckets:
                                           entry["transforms"], self.allocator)
         return self.loaded[bucket]
 
-    def run(self, bucket: int, function: str, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    def run(self, bucket: int, function: str, inputs: dict[str, object]) -> list[np.ndarray]:
         """``function`` of the library at ``bucket`` (a size ``fit`` chose)."""
         return self.library(bucket)(function, inputs)
+
+    def on_device(self, bucket: int, function: str, inputs: dict[str, object]) -> list:
+        """As ``run``, the outputs left on the device."""
+        return self.library(bucket).on_device(function, inputs)
+
+    def aligned(self, bucket: int, source, frame_token: np.ndarray) -> dict[str, object]:
+        """This component's aligned input at ``bucket`` (a device tensor), from the token-side
+        output ``source`` and the token of each valid frame."""
+        (name,) = (i for i in COMPONENTS[self.component].inputs if i in ALIGNED_INPUTS)
+        tokens = np.full(bucket, -1, np.int32)  # padding frames take no token: zeros
+        tokens[:len(frame_token)] = frame_token
+        (aligned,) = self.on_device(bucket, ALIGN_FUNCTION, {ALIGNED_INPUTS[name]: source,
+                                                             FRAME_TOKEN: tokens})
+        return {name: aligned}
 
 
 def device_kind(folder: ModelFolder) -> str:
@@ -152,7 +175,8 @@ class TvmProsody:
     """One chunk after f0n: what the decoder needs for any prefix of its frames (speech.Prosody)."""
 
     durations: np.ndarray  # frames per token, pads included
-    asr: np.ndarray  # [1, 512, frames], the text encoder's features, aligned
+    t_en: object  # [1, 512, token bucket], the text encoder's features, on the device
+    frame_token: np.ndarray  # [frames] int32, the token of each frame (the alignment)
     f0: np.ndarray  # [1, F0_PER_FRAME * frames]
     n: np.ndarray  # [1, F0_PER_FRAME * frames]
     style: np.ndarray  # [1, 128], the decoder's half of the style
@@ -211,8 +235,7 @@ class TvmEngine:
         self.components = load_components(self.folder, lstm, kernels, allocator, max_frames)
         if noise is None:
             noise = LIBRARY_NOISE if device_kind(self.folder) == "cuda" else numpy_noise
-        if noise == LIBRARY_NOISE:
-            self._check_library_noise()
+        self._check_functions(noise == LIBRARY_NOISE)
         self.noise = noise
         self._background = ThreadPoolExecutor(1)
         self.timings: dict[str, float] = {}
@@ -223,15 +246,20 @@ class TvmEngine:
         self._prepare()
         self._timed("prepare", started)
 
-    def _check_library_noise(self) -> None:
-        decoder = self.components["decoder"]
-        lacking = sorted(bucket for bucket, entry in decoder.entries.items()
-                         if NOISE_FUNCTION not in entry["transforms"])
-        if lacking:
-            raise ModelFolderError(
-                f"the decoder libraries of {self.folder.path} at buckets {lacking} were built "
-                f"without the {NOISE_FUNCTION} function that draws the noise on their device; "
-                f"rebuild the folder with: {build_command(self.folder.target)}")
+    def _check_functions(self, library_noise: bool) -> None:
+        """Refuses a folder whose libraries lack a function the engine calls: one built before
+        the alignment (or, with ``library_noise``, the noise) moved into the libraries."""
+        wanted = {name: {ALIGN_FUNCTION} for name, c in COMPONENTS.items()
+                  if set(c.inputs) & set(ALIGNED_INPUTS)}
+        if library_noise:
+            wanted.setdefault("decoder", set()).add(NOISE_FUNCTION)
+        for name, functions in wanted.items():
+            for bucket, entry in self.components[name].entries.items():
+                if missing := functions - set(entry["transforms"]):
+                    raise ModelFolderError(
+                        f"the {name} library of {self.folder.path} at bucket {bucket} lacks "
+                        f"{', '.join(sorted(missing))}: it was built by an older kokoro-tvm; "
+                        f"rebuild the folder with: {build_command(self.folder.target)}")
 
     def _prepare(self) -> None:
         """Every component's prepared weights, the largest component first, with its smallest
@@ -287,22 +315,21 @@ class TvmEngine:
                     "attention_mask": (~mask).astype(np.int64)}
 
         started = time.perf_counter()
-        bucket = c["bert"].fit(n)
-        (d_en,) = c["bert"].run(bucket, "main", text_inputs(bucket))
+        bert_bucket = c["bert"].fit(n)
+        (d_en,) = c["bert"].on_device(bert_bucket, "main", text_inputs(bert_bucket))
         bucket = c["duration"].fit(n)
-        (d, durations) = c["duration"].run(bucket, "main", {
-            **text_inputs(bucket), "d_en": _padded(d_en[:, :, :n], bucket), "s": style_prosody})
+        if bucket != bert_bucket:  # other buckets: through the host, cut to the utterance
+            d_en = _padded(d_en.numpy()[:, :, :n], bucket)
+        # d_en's padding holds BERT's outputs there: duration masks it (validated on random
+        # padding), so the device tensor goes in as it came out.
+        (d, durations) = c["duration"].on_device(bucket, "main", {
+            **text_inputs(bucket), "d_en": d_en, "s": style_prosody})
         bucket = c["text_encoder"].fit(n)
-        (t_en,) = c["text_encoder"].run(bucket, "main", text_inputs(bucket))
+        (t_en,) = c["text_encoder"].on_device(bucket, "main", text_inputs(bucket))
+        frames = np.maximum(np.round(durations.numpy()[0, :n] / speed), 1).astype(np.int64)
+        frame_token = np.repeat(np.arange(n, dtype=np.int32), frames)  # the alignment
+        total = len(frame_token)
         self._timed("text", started)
-
-        started = time.perf_counter()
-        frames = np.maximum(np.round(durations[0, :n] / speed), 1).astype(np.int64)
-        index = np.repeat(np.arange(n), frames)  # the alignment, as a gather
-        total = len(index)
-        en = d[0, :n].T[None, :, index]
-        asr = t_en[:, :, :n][:, :, index]
-        self._timed("align", started)
 
         # SineGen's noise is drawn on the host while f0n runs (on a GPU, at the same time).
         started = time.perf_counter()
@@ -311,12 +338,12 @@ class TvmEngine:
         noise = (None if self.noise == LIBRARY_NOISE
                  else self._background.submit(self.noise, seed, total))
         (f0, noise_n) = c["f0n"].run(bucket, "main", {
-            "en": _padded(en, bucket), "s": style_prosody,
+            **c["f0n"].aligned(bucket, d, frame_token), "s": style_prosody,
             "frame_mask": np.arange(bucket)[None, :] >= total})  # True on padding
         self._timed("f0n", started)
         steps = F0_PER_FRAME * total
-        return TvmProsody(frames, asr, f0[:, :steps], noise_n[:, :steps], style_decoder, seed,
-                          noise)
+        return TvmProsody(frames, t_en, frame_token, f0[:, :steps], noise_n[:, :steps],
+                          style_decoder, seed, noise)
 
     def decode_frames(self, frames: int) -> int:
         """The decoder bucket that ``frames`` frames are padded to."""
@@ -324,7 +351,7 @@ class TvmEngine:
 
     def decode(self, prosody: TvmProsody, frames: int | None = None) -> np.ndarray:
         """The decoder on the first ``frames`` frames of ``prosody`` alone (all by default)."""
-        total = prosody.asr.shape[-1]
+        total = len(prosody.frame_token)
         frames = total if frames is None else min(frames, total)
         bucket = self.components["decoder"].fit(frames)
         library = self.components["decoder"].library(bucket)
@@ -348,8 +375,10 @@ class TvmEngine:
         # The harmonic source stays on the device for the body (on a GPU, its 22 channels of
         # 245,761 STFT frames, 21.6 MB at 2048 frames, would otherwise go to the host and back).
         (har,) = library.on_device("source", {**common, **noise})
+        aligned = self.components["decoder"].aligned(bucket, prosody.t_en,
+                                                     prosody.frame_token[:frames])
         (audio,) = library("body", {
-            **common, "asr": _padded(prosody.asr[:, :, :frames], bucket),
-            "n": _padded(prosody.n[:, :steps], bucket_steps), "s": prosody.style, "har": har})
+            **common, **aligned, "n": _padded(prosody.n[:, :steps], bucket_steps),
+            "s": prosody.style, "har": har})
         self._timed("decoder", started)
         return audio[0, :SAMPLES_PER_FRAME * frames].astype(np.float32)

@@ -1,0 +1,105 @@
+"""The alignment on the device: an ``align`` function in the f0n and decoder libraries.
+
+Between the token side and the frame side Kokoro repeats each token's features for its
+frames (the alignment). The engine used to gather them on the host, then copy the frame
+features to the device for every call: 9.4 MB at 2048 frames (f0n's ``en`` and the decoder's
+``asr``), after copying the token features back. A library whose input is aligned
+(``components.ALIGNED_INPUTS``) now has ``align(source, frame_token)``: the token-side output
+as it came out of its library, still on the device, at any token bucket (its token count is
+symbolic), and the token of every frame of this library's bucket (int32, -1 on padding, which
+gets zeros) -> the input. Only ``frame_token`` (4 bytes a frame) crosses from the host.
+
+One kernel, in a CPU form (channels in parallel) and a GPU form (a thread per output value),
+marked scheduled.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.script import tirx as T
+
+from kokoro_tvm.abi import ALIGN_FUNCTION, FRAME_TOKEN
+from kokoro_tvm.components import ALIGNED_INPUTS, token_axis
+
+KERNEL_PREFIX = "align_frames_"
+THREADS_PER_BLOCK = 256
+
+
+def align_kernel(channels: int, frames: int, axis: int, gpu: bool = False
+                 ) -> tvm.tirx.PrimFunc:
+    """source [1, tokens, channels] (``axis`` 1) or [1, channels, tokens] (``axis`` 2), any
+    number of tokens; frame_token [frames] int32 -> out [1, channels, frames]."""
+    def read(source, c, token):
+        return source[0, token, c] if axis == 1 else source[0, c, token]
+
+    if gpu:
+        blocks = -(-channels * frames // THREADS_PER_BLOCK)
+
+        @T.prim_func(private=True)
+        def align_frames(var_source: T.handle, frame_token: T.Buffer((frames,), "int32"),
+                         out: T.Buffer((1, channels, frames), "float32")):
+            T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+            tokens = T.int64()
+            source = T.match_buffer(var_source, (1, tokens, channels) if axis == 1
+                                    else (1, channels, tokens), "float32")
+            for block in T.thread_binding(blocks, thread="blockIdx.x"):
+                for thread in T.thread_binding(THREADS_PER_BLOCK, thread="threadIdx.x"):
+                    i: T.let[T.int64] = T.int64(block) * THREADS_PER_BLOCK + T.int64(thread)
+                    if i < channels * frames:
+                        token: T.let[T.int64] = T.Cast("int64", frame_token[i % frames])
+                        out[0, i // frames, i % frames] = T.if_then_else(
+                            token >= 0, read(source, i // frames, T.max(token, T.int64(0))),
+                            T.float32(0))
+
+        return align_frames
+
+    @T.prim_func(private=True)
+    def align_frames(var_source: T.handle, frame_token: T.Buffer((frames,), "int32"),
+                     out: T.Buffer((1, channels, frames), "float32")):
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+        tokens = T.int64()
+        source = T.match_buffer(var_source, (1, tokens, channels) if axis == 1
+                                else (1, channels, tokens), "float32")
+        for c in T.parallel(channels):
+            for f in range(frames):
+                token: T.let[T.int64] = T.Cast("int64", frame_token[f])
+                out[0, c, f] = T.if_then_else(
+                    token >= 0, read(source, c, T.max(token, T.int64(0))), T.float32(0))
+
+    return align_frames
+
+
+def _aligned_input(mod: tvm.IRModule) -> tuple[str, relax.TensorType] | None:
+    """The module's aligned input (name, type), or None."""
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            for param in func.params:
+                if param.name in ALIGNED_INPUTS:
+                    return param.name, param.ty
+    return None
+
+
+def add_align_function(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """``mod`` with ``align(source, frame_token)`` added where a function takes an aligned
+    input, drawn by the target's form of the kernel."""
+    found = _aligned_input(mod)
+    if found is None:
+        return mod
+    name, ty = found
+    source_name = ALIGNED_INPUTS[name]
+    axis = token_axis(source_name)
+    _, channels, frames = (int(d) for d in ty.shape)
+    tokens = tvm.tirx.Var("tokens", "int64")
+    source_shape = (1, tokens, channels) if axis == 1 else (1, channels, tokens)
+    bb = relax.BlockBuilder(mod)
+    source = relax.Var(source_name, relax.TensorType(source_shape, "float32"))
+    frame_token = relax.Var(FRAME_TOKEN, relax.TensorType((frames,), "int32"))
+    with bb.function(ALIGN_FUNCTION, [source, frame_token], {"num_input": 2}):
+        kernel = bb.add_func(align_kernel(channels, frames, axis, gpu="gpu" in target.keys),
+                             f"{KERNEL_PREFIX}{source_name}_{frames}")
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.call_tir(
+                kernel, [source, frame_token], relax.TensorType((1, channels, frames),
+                                                                "float32"))))
+        bb.emit_func_output(out)
+    return bb.get()
