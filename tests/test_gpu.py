@@ -351,6 +351,17 @@ def test_gpu_check_runs_end_to_end_on_the_cpu(built, tmp_path):
     assert all(r["tvm_round_trip_ms"] > 0 for r in summary["libraries"])
     assert len(summary["end_to_end"]) == 3
     assert all(r["durations_equal"] for r in summary["end_to_end"])
+    for row in summary["end_to_end"]:  # per stage, side by side, with the engine's copies
+        stages = row["stages"]
+        assert set(stages) == {"text", "f0n", "noise", "decoder", "other"}
+        assert all(stages[s]["tvm_ms"] > 0 and stages[s]["torch_ms"] > 0
+                   for s in ("text", "f0n", "decoder"))
+        # The token side's features stay where the libraries run: the text side sends back
+        # the durations alone, f0n its F0 and N, the decoder the audio.
+        assert [stages[s]["copies"]["to_host"] for s in ("text", "f0n", "decoder")] == [1, 2, 1]
+    batch = summary["throughput"]
+    assert batch["utterances"] == 9 and batch["audio_s"] > 0
+    assert batch["tvm_audio_per_second"] > 0 and batch["torch_audio_per_second"] > 0
     assert {p["op"] for p in summary["probes"]} == set(document["probes"])
 
 

@@ -12,10 +12,11 @@ CPU, or the first CUDA GPU, where each component's weights are uploaded and prep
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -40,7 +41,7 @@ from kokoro_tvm.facts import (
     STYLE_DIM,
 )
 from kokoro_tvm.runtime import cuda
-from kokoro_tvm.runtime.library import Library, Weights
+from kokoro_tvm.runtime.library import Library, Transfers, Weights
 from kokoro_tvm.runtime.model_folder import ModelFolder, ModelFolderError, build_command
 from kokoro_tvm.runtime.speech import ChunkTooLong
 
@@ -58,6 +59,7 @@ class Buckets:
     folder: ModelFolder
     weights: Weights
     allocator: str = "pooled"
+    transfers: Transfers = field(default_factory=Transfers)
     loaded: dict[int, Library] = field(default_factory=dict)
 
     def fit(self, size: int) -> int:
@@ -75,7 +77,7 @@ class Buckets:
         if bucket not in self.loaded:
             entry = self.entries[bucket]
             self.loaded[bucket] = Library(self.folder.file(entry["library"]), self.weights,
-                                          entry["transforms"], self.allocator)
+                                          entry["transforms"], self.allocator, self.transfers)
         return self.loaded[bucket]
 
     def run(self, bucket: int, function: str, inputs: dict[str, object]) -> list[np.ndarray]:
@@ -113,11 +115,12 @@ def _device(folder: ModelFolder, kernels: Sequence[Path]):
 
 
 def load_components(folder: ModelFolder, lstm: str | None, kernels: Sequence[Path] = (),
-                    allocator: str = "pooled", max_frames: int | None = None
-                    ) -> dict[str, Buckets]:
+                    allocator: str = "pooled", max_frames: int | None = None,
+                    transfers: Transfers | None = None) -> dict[str, Buckets]:
     """Each component's buckets, with the LSTM lowering ``lstm`` where built, else the fastest;
     of the components whose buckets count frames, only those up to ``max_frames`` (and at least
-    the smallest) where given."""
+    the smallest) where given; their copies counted in ``transfers``."""
+    transfers = transfers or Transfers()
     if not folder.libraries:
         left_out = folder.manifest["left_out"]
         raise ModelFolderError(
@@ -147,7 +150,7 @@ def load_components(folder: ModelFolder, lstm: str | None, kernels: Sequence[Pat
                       if bucket <= max(max_frames, min(chosen))}
         params = folder.file(next(iter(chosen.values()))["params"])
         components[component] = Buckets(component, chosen, folder, Weights(params, device),
-                                         allocator)
+                                         allocator, transfers)
     return components
 
 
@@ -232,19 +235,22 @@ class TvmEngine:
                  noise: Noise | str | None = None, kernels: Sequence[Path] = (),
                  allocator: str = "pooled", max_frames: int | None = None):
         self.folder = folder if isinstance(folder, ModelFolder) else ModelFolder(folder)
-        self.components = load_components(self.folder, lstm, kernels, allocator, max_frames)
+        self.transfers = Transfers()
+        self.components = load_components(self.folder, lstm, kernels, allocator, max_frames,
+                                          self.transfers)
         if noise is None:
             noise = LIBRARY_NOISE if device_kind(self.folder) == "cuda" else numpy_noise
         self._check_functions(noise == LIBRARY_NOISE)
         self.noise = noise
         self._background = ThreadPoolExecutor(1)
+        # Seconds and host-device copies per stage, summed over calls (clear() to restart).
         self.timings: dict[str, float] = {}
+        self.copies: dict[str, Transfers] = {}
         # Frames the decoder was asked for, and those it computed (each call's bucket): what
         # padding costs (docs/cpu-speed.md, Padding).
         self.decoder_frames = {"asked": 0, "computed": 0}
-        started = time.perf_counter()
-        self._prepare()
-        self._timed("prepare", started)
+        with self._stage("prepare"):
+            self._prepare()
 
     def _check_functions(self, library_noise: bool) -> None:
         """Refuses a folder whose libraries lack a function the engine calls: one built before
@@ -288,8 +294,13 @@ class TvmEngine:
         asked, computed = self.decoder_frames["asked"], self.decoder_frames["computed"]
         return 1 - asked / computed if computed else None
 
-    def _timed(self, stage: str, started: float) -> None:
+    @contextlib.contextmanager
+    def _stage(self, stage: str):
+        """Adds the block's seconds to ``timings[stage]`` and its copies to ``copies[stage]``."""
+        started, before = time.perf_counter(), Transfers(**asdict(self.transfers))
+        yield
         self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - started
+        self.copies.setdefault(stage, Transfers()).add(self.transfers.since(before))
 
     def synthesize(self, ids: list[int], ref_s: np.ndarray, speed: float, seed: int) -> np.ndarray:
         return self.decode(self.prosody(ids, ref_s, speed, seed))
@@ -314,33 +325,32 @@ class TvmEngine:
             return {"input_ids": _padded(tokens, bucket), "text_mask": mask,
                     "attention_mask": (~mask).astype(np.int64)}
 
-        started = time.perf_counter()
-        bert_bucket = c["bert"].fit(n)
-        (d_en,) = c["bert"].on_device(bert_bucket, "main", text_inputs(bert_bucket))
-        bucket = c["duration"].fit(n)
-        if bucket != bert_bucket:  # other buckets: through the host, cut to the utterance
-            d_en = _padded(d_en.numpy()[:, :, :n], bucket)
-        # d_en's padding holds BERT's outputs there: duration masks it (validated on random
-        # padding), so the device tensor goes in as it came out.
-        (d, durations) = c["duration"].on_device(bucket, "main", {
-            **text_inputs(bucket), "d_en": d_en, "s": style_prosody})
-        bucket = c["text_encoder"].fit(n)
-        (t_en,) = c["text_encoder"].on_device(bucket, "main", text_inputs(bucket))
-        frames = np.maximum(np.round(durations.numpy()[0, :n] / speed), 1).astype(np.int64)
-        frame_token = np.repeat(np.arange(n, dtype=np.int32), frames)  # the alignment
-        total = len(frame_token)
-        self._timed("text", started)
+        with self._stage("text"):
+            bert_bucket = c["bert"].fit(n)
+            (d_en,) = c["bert"].on_device(bert_bucket, "main", text_inputs(bert_bucket))
+            bucket = c["duration"].fit(n)
+            if bucket != bert_bucket:  # other buckets: through the host, cut to the utterance
+                d_en = _padded(self.transfers.download(d_en)[:, :, :n], bucket)
+            # d_en's padding holds BERT's outputs there: duration masks it (validated on random
+            # padding), so the device tensor goes in as it came out.
+            (d, durations) = c["duration"].on_device(bucket, "main", {
+                **text_inputs(bucket), "d_en": d_en, "s": style_prosody})
+            bucket = c["text_encoder"].fit(n)
+            (t_en,) = c["text_encoder"].on_device(bucket, "main", text_inputs(bucket))
+            durations = self.transfers.download(durations)[0, :n]
+            frames = np.maximum(np.round(durations / speed), 1).astype(np.int64)
+            frame_token = np.repeat(np.arange(n, dtype=np.int32), frames)  # the alignment
+            total = len(frame_token)
 
         # SineGen's noise is drawn on the host while f0n runs (on a GPU, at the same time).
-        started = time.perf_counter()
-        bucket = c["f0n"].fit(total)
-        c["decoder"].fit(total)  # a chunk too long for the decoder is refused here, not later
-        noise = (None if self.noise == LIBRARY_NOISE
-                 else self._background.submit(self.noise, seed, total))
-        (f0, noise_n) = c["f0n"].run(bucket, "main", {
-            **c["f0n"].aligned(bucket, d, frame_token), "s": style_prosody,
-            "frame_mask": np.arange(bucket)[None, :] >= total})  # True on padding
-        self._timed("f0n", started)
+        with self._stage("f0n"):
+            bucket = c["f0n"].fit(total)
+            c["decoder"].fit(total)  # a chunk too long for the decoder is refused here
+            noise = (None if self.noise == LIBRARY_NOISE
+                     else self._background.submit(self.noise, seed, total))
+            (f0, noise_n) = c["f0n"].run(bucket, "main", {
+                **c["f0n"].aligned(bucket, d, frame_token), "s": style_prosody,
+                "frame_mask": np.arange(bucket)[None, :] >= total})  # True on padding
         steps = F0_PER_FRAME * total
         return TvmProsody(frames, t_en, frame_token, f0[:, :steps], noise_n[:, :steps],
                           style_decoder, seed, noise)
@@ -355,30 +365,32 @@ class TvmEngine:
         frames = total if frames is None else min(frames, total)
         bucket = self.components["decoder"].fit(frames)
         library = self.components["decoder"].library(bucket)
-        started = time.perf_counter()
-        if prosody.noise is None:  # drawn by the library, on its device, for the whole bucket
-            noise = dict(zip(NOISE_INPUTS, library.on_device(
-                NOISE_FUNCTION, {NOISE_KEY: noise_key(prosody.seed)})))
-        else:
-            phase_noise, sine_noise = prosody.noise.result()
-            # A prefix of the chunk's noise is the noise of that many frames (numpy_noise).
-            noise = dict(zip(NOISE_INPUTS, (phase_noise, _padded(
-                sine_noise[:, :SAMPLES_PER_FRAME * frames], SAMPLES_PER_FRAME * bucket, axis=1))))
-        self._timed("noise", started)  # on the host: what f0n did not hide
+        with self._stage("noise"):  # on the host: what f0n did not hide
+            if prosody.noise is None:  # drawn by the library, on its device, whole bucket
+                noise = dict(zip(NOISE_INPUTS, library.on_device(
+                    NOISE_FUNCTION, {NOISE_KEY: noise_key(prosody.seed)})))
+            else:
+                phase_noise, sine_noise = prosody.noise.result()
+                # A prefix of the chunk's noise is the noise of that many frames (numpy_noise).
+                noise = dict(zip(NOISE_INPUTS, (phase_noise, _padded(
+                    sine_noise[:, :SAMPLES_PER_FRAME * frames], SAMPLES_PER_FRAME * bucket,
+                    axis=1))))
 
-        started = time.perf_counter()
-        self.decoder_frames["asked"] += frames
-        self.decoder_frames["computed"] += bucket
-        steps, bucket_steps = F0_PER_FRAME * frames, F0_PER_FRAME * bucket
-        common = {"f0": _padded(prosody.f0[:, :steps], bucket_steps),
-                  "frame_mask": np.arange(bucket)[None, :] >= frames}  # True on padding
-        # The harmonic source stays on the device for the body (on a GPU, its 22 channels of
-        # 245,761 STFT frames, 21.6 MB at 2048 frames, would otherwise go to the host and back).
-        (har,) = library.on_device("source", {**common, **noise})
-        aligned = self.components["decoder"].aligned(bucket, prosody.t_en,
-                                                     prosody.frame_token[:frames])
-        (audio,) = library("body", {
-            **common, **aligned, "n": _padded(prosody.n[:, :steps], bucket_steps),
-            "s": prosody.style, "har": har})
-        self._timed("decoder", started)
+        with self._stage("decoder"):
+            self.decoder_frames["asked"] += frames
+            self.decoder_frames["computed"] += bucket
+            steps, bucket_steps = F0_PER_FRAME * frames, F0_PER_FRAME * bucket
+            # Copied once for both functions.
+            common = {name: self.transfers.upload(value, library.device) for name, value in (
+                ("f0", _padded(prosody.f0[:, :steps], bucket_steps)),
+                ("frame_mask", np.arange(bucket)[None, :] >= frames))}  # True on padding
+            # The harmonic source stays on the device for the body (on a GPU, its 22 channels
+            # of 245,761 STFT frames, 21.6 MB at 2048 frames, would otherwise go to the host and
+            # back).
+            (har,) = library.on_device("source", {**common, **noise})
+            aligned = self.components["decoder"].aligned(bucket, prosody.t_en,
+                                                         prosody.frame_token[:frames])
+            (audio,) = library("body", {
+                **common, **aligned, "n": _padded(prosody.n[:, :steps], bucket_steps),
+                "s": prosody.style, "har": har})
         return audio[0, :SAMPLES_PER_FRAME * frames].astype(np.float32)

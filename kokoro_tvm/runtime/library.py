@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -90,17 +92,63 @@ class Weights:
         return tvm.runtime.tensor(np.ascontiguousarray(self.arrays[name]), self.device)
 
 
+@dataclass
+class Transfers:
+    """Copies between the host and a device, made through it: how many, their bytes, and the
+    seconds they took (a copy to the host waits for the device's queued work first, so on a
+    GPU its seconds include the device time not yet overlapped)."""
+
+    to_device: int = 0
+    to_device_bytes: int = 0
+    to_device_seconds: float = 0.0
+    to_host: int = 0
+    to_host_bytes: int = 0
+    to_host_seconds: float = 0.0
+
+    def upload(self, array: np.ndarray, device):
+        """``array`` as a new tensor on ``device``."""
+        started = time.perf_counter()
+        array = np.ascontiguousarray(array)
+        tensor = tvm.runtime.tensor(array, device)
+        self.to_device += 1
+        self.to_device_bytes += array.nbytes
+        self.to_device_seconds += time.perf_counter() - started
+        return tensor
+
+
+    def download(self, tensor) -> np.ndarray:
+        """``tensor`` as a numpy array."""
+        started = time.perf_counter()
+        array = tensor.numpy()
+        self.to_host += 1
+        self.to_host_bytes += array.nbytes
+        self.to_host_seconds += time.perf_counter() - started
+        return array
+
+    def since(self, before: "Transfers") -> "Transfers":
+        """What was copied after ``before`` (an earlier copy of this)."""
+        now, then = asdict(self), asdict(before)
+        return Transfers(**{key: now[key] - then[key] for key in now})
+
+    def add(self, other: "Transfers") -> None:
+        for key, value in asdict(other).items():
+            setattr(self, key, getattr(self, key) + value)
+
+
 class Library:
     """One built library (.so) and the weights its functions read; ``transforms`` maps its
     functions to their weight transforms' fingerprints (the build's metadata), so that a
     transform another library of the component already ran is not run again. Calls use TVM's
     ``allocator``: "pooled" keeps each call's activations for the next call of this library,
-    "naive" frees them (see TvmEngine's ``allocator``)."""
+    "naive" frees them (see TvmEngine's ``allocator``). Inputs and outputs are copied through
+    ``transfers``, which counts them."""
 
     def __init__(self, so_path: str | os.PathLike, weights: Weights,
-                 transforms: Mapping[str, str] | None = None, allocator: str = "pooled"):
+                 transforms: Mapping[str, str] | None = None, allocator: str = "pooled",
+                 transfers: Transfers | None = None):
         self.path = Path(so_path)
         self.weights = weights
+        self.transfers = transfers or Transfers()
         self.transforms = dict(transforms or {})
         self.device = weights.device
         self.module = tvm.runtime.load_module(str(so_path))
@@ -147,7 +195,7 @@ class Library:
     def _on_device(self, value):
         if isinstance(value, tvm.runtime.Tensor):
             return value
-        return tvm.runtime.tensor(np.ascontiguousarray(value), self.device)
+        return self.transfers.upload(value, self.device)
 
     def on_device(self, function: str, inputs: Mapping[str, object]) -> list:
         """Runs ``function`` on ``inputs`` (by name); outputs as tensors left on the device."""
@@ -155,7 +203,7 @@ class Library:
 
     def __call__(self, function: str, inputs: Mapping[str, object]) -> list[np.ndarray]:
         """Runs ``function`` on ``inputs`` (by name); outputs as numpy arrays."""
-        return [t.numpy() for t in self.on_device(function, inputs)]
+        return [self.transfers.download(t) for t in self.on_device(function, inputs)]
 
 
 def as_tensors(out) -> list:

@@ -8,7 +8,11 @@
    PyTorch's FLOP count (GFLOP/s) and the library's kernel count; TVM also from host arrays to
    host arrays, as the engine calls it (what the copies add).
 2. End-to-end synthesis of the bundle's sentences with the runtime's engine on the GPU, beside
-   KModel on the GPU: real-time factors and their ratio.
+   KModel on the GPU: real-time factors and their ratio; per stage (text side, f0n, noise,
+   decoder) the engine's seconds and its copies between host and device (how many, bytes,
+   seconds: a copy to the host waits for the device) beside PyTorch's device time in the same
+   modules; and throughput, audio seconds per wall second for a batch of utterances made back
+   to back, as the server's worker makes concurrent requests' chunks.
 3. The decoder's heaviest convolutions alone under each schedule variant (conv_tiles.py),
    and the LSTM recurrence alone in each GPU form (lstm_kernels.py), beside PyTorch: which
    tile and which form are fastest (reported, not part of the verdict).
@@ -169,7 +173,7 @@ def write_model_folder(folder: Path, bundle: Path, document: dict,
         (folder / library).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(bundle / "libs" / f"{case['stem']}.so", folder / library)
         files[library] = sha256_file(folder / library)
-        libraries.append({**dims, "library": library, "transforms": {},
+        libraries.append({**dims, "library": library, "transforms": case["transforms"],
                           "params": paths.MODEL_PARAMS.format(component=case["component"]),
                           "device": "cuda" if document["target"] == "cuda" else "cpu"})
     manifest = model_manifest(document["target"], platform.machine(), document["cpu"],
@@ -178,9 +182,10 @@ def write_model_folder(folder: Path, bundle: Path, document: dict,
 
 
 def end_to_end(kmodel, folder: Path, bundle: Path, document: dict, device: str,
-               repeat: int) -> list[dict]:
+               repeat: int) -> tuple[list[dict], dict]:
     """Each sentence by the runtime's engine and by KModel, at the speed that gives it the
-    bundle's number of frames; real-time factors."""
+    bundle's number of frames: real-time factors, and per stage the engine's time and copies
+    beside PyTorch's; then the throughput of a batch of them."""
     import numpy as np
     import torch
 
@@ -193,7 +198,7 @@ def end_to_end(kmodel, folder: Path, bundle: Path, document: dict, device: str,
         (1, 2 * STYLE_DIM)).astype(np.float32)
     style = torch.from_numpy(ref_s).to(device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    rows = []
+    rows, batch = [], []
     for sentence in document["sentences"]:
         ids = sentence["ids"]
         tokens = torch.tensor([[0, *ids, 0]], device=device)
@@ -214,8 +219,15 @@ def end_to_end(kmodel, folder: Path, bundle: Path, document: dict, device: str,
                             repeat)
         torch_ms = median_ms(run_torch, sync, repeat)
         engine.timings.clear()
+        engine.copies.clear()
         audio, frames = engine.synthesize_with_durations(ids, ref_s, speed, 0)
-        stages = {stage: round(seconds * 1e3, 2) for stage, seconds in engine.timings.items()}
+        torch_stages = torch_stage_ms(kmodel, run_torch, device)
+        stages = {stage: {"tvm_ms": round(seconds * 1e3, 2),
+                          "torch_ms": torch_stages.get(stage),
+                          "copies": _copies(engine.copies[stage])}
+                  for stage, seconds in engine.timings.items()}
+        stages["other"] = {"torch_ms": torch_stages["other"]}
+        batch.append((ids, ref_s, speed))
         torch_frames = run_torch()[1].cpu().numpy()
         seconds = len(audio) / SAMPLE_RATE
         rows.append({"tokens": len(ids) + 2, "speed": round(speed, 3),
@@ -224,8 +236,108 @@ def end_to_end(kmodel, folder: Path, bundle: Path, document: dict, device: str,
                      "audio_s": round(seconds, 3), "tvm_ms": round(tvm_ms, 2),
                      "torch_ms": round(torch_ms, 2), "tvm_rtf": round(tvm_ms / 1e3 / seconds, 4),
                      "torch_rtf": round(torch_ms / 1e3 / seconds, 4),
-                     "speedup": round(torch_ms / tvm_ms, 2), "tvm_stages_ms": stages})
-    return rows
+                     "speedup": round(torch_ms / tvm_ms, 2), "stages": stages})
+    interleaved = [utterance for _ in range(BATCH_COPIES) for utterance in batch]
+    throughput(engine, kmodel, interleaved[:len(batch)], device)  # warm-up: every bucket used
+    return rows, throughput(engine, kmodel, interleaved, device)
+
+
+# The engine's stages (runtime/engine.py), by the components they run.
+ENGINE_STAGE = {"bert": "text", "duration": "text", "text_encoder": "text", "f0n": "f0n",
+                "decoder": "decoder"}
+# How many times each sentence is in the throughput batch (interleaved).
+BATCH_COPIES = 3
+
+
+def torch_stage_ms(kmodel, run, device: str) -> dict[str, float]:
+    """Milliseconds ``run()`` (KModel) spends in each engine stage's modules: the KModel modules
+    each component's wrapper calls, timed by hooks (CUDA events on the GPU, which time the
+    device's work, wall clock on the CPU); "other" is the rest of the call (the alignment,
+    durations, host work and launches between modules)."""
+    import torch
+
+    from kokoro_tvm.model.components import TORCH_COMPONENTS
+
+    kmodel_modules = {id(m) for m in kmodel.modules()}
+
+    def called(module) -> list:
+        """The KModel modules a wrapper's (or holder's) children are, ModuleLists opened."""
+        found = []
+        for child in module.children():
+            if id(child) in kmodel_modules and not isinstance(child, torch.nn.ModuleList):
+                found.append(child)
+            else:
+                found += called(child)
+        return found
+
+    cuda = device == "cuda"
+    spans: dict[str, list] = {}
+    hooks = []
+    for name, component in TORCH_COMPONENTS.items():
+        stage = ENGINE_STAGE[name]
+        for module in called(component.wrapper(kmodel)):
+            def before(_module, _args, stage=stage):
+                mark = torch.cuda.Event(enable_timing=True) if cuda else None
+                if cuda:
+                    mark.record()
+                spans.setdefault(stage, []).append([mark or time.perf_counter(), None])
+
+            def after(_module, _args, _out, stage=stage):
+                if cuda:
+                    mark = torch.cuda.Event(enable_timing=True)
+                    mark.record()
+                    spans[stage][-1][1] = mark
+                else:
+                    spans[stage][-1][1] = time.perf_counter()
+            hooks += [module.register_forward_pre_hook(before),
+                      module.register_forward_hook(after)]
+    try:
+        started = time.perf_counter()
+        run()
+        if cuda:
+            torch.cuda.synchronize()
+        total = (time.perf_counter() - started) * 1e3
+    finally:
+        for hook in hooks:
+            hook.remove()
+    stages = {stage: sum(start.elapsed_time(end) if cuda else (end - start) * 1e3
+                         for start, end in pairs) for stage, pairs in spans.items()}
+    stages["other"] = total - sum(stages.values())
+    return {stage: round(ms, 2) for stage, ms in stages.items()}
+
+
+def _copies(transfers) -> dict:
+    """An engine stage's copies (library.Transfers) in milliseconds and bytes."""
+    return {"to_device": transfers.to_device, "to_device_bytes": transfers.to_device_bytes,
+            "to_device_ms": round(transfers.to_device_seconds * 1e3, 2),
+            "to_host": transfers.to_host, "to_host_bytes": transfers.to_host_bytes,
+            "to_host_ms": round(transfers.to_host_seconds * 1e3, 2)}
+
+
+def throughput(engine, kmodel, batch: list[tuple], device: str) -> dict:
+    """Audio seconds per wall second for ``batch`` ((ids, style, speed) per utterance) made back
+    to back by the engine and by KModel on the same device."""
+    import torch
+
+    from kokoro_tvm.facts import SAMPLE_RATE
+
+    started, audio = time.perf_counter(), 0
+    for ids, ref_s, speed in batch:
+        audio += len(engine.synthesize(ids, ref_s, speed, 0))
+    tvm_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    with torch.no_grad():
+        for ids, ref_s, speed in batch:
+            kmodel.forward_with_tokens(torch.tensor([[0, *ids, 0]], device=device),
+                                       torch.from_numpy(ref_s).to(device), speed)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    torch_seconds = time.perf_counter() - started
+    audio_seconds = audio / SAMPLE_RATE
+    return {"utterances": len(batch), "audio_s": round(audio_seconds, 2),
+            "tvm_audio_per_second": round(audio_seconds / tvm_seconds, 1),
+            "torch_audio_per_second": round(audio_seconds / torch_seconds, 1),
+            "speedup": round(torch_seconds / tvm_seconds, 2)}
 
 
 def _probe_inputs(signature: list[dict], scale: float, seed: int) -> list:
@@ -411,10 +523,11 @@ def check_model(kmodel, weights: dict, args, document: dict, device: str,
     write_model_folder(folder, args.bundle, document,
                        {r["case"]: r["passed"] for r in summary["libraries"]})
     try:
-        summary["end_to_end"] = end_to_end(kmodel, folder, args.bundle, document, device,
-                                           max(3, args.repeat // 3))
+        summary["end_to_end"], summary["throughput"] = end_to_end(
+            kmodel, folder, args.bundle, document, device, max(3, args.repeat // 3))
         for row in summary["end_to_end"]:
             print("e2e", json.dumps(row), flush=True)
+        print("throughput", json.dumps(summary["throughput"]), flush=True)
     except Exception as err:  # noqa: BLE001 - reported; the probes still run
         summary["end_to_end_error"] = f"{type(err).__name__}: {str(err)[:500]}"
         print("e2e failed:", summary["end_to_end_error"], flush=True)

@@ -237,8 +237,12 @@ def prepare(root: Path, out: Path, target: str = "cuda", seed: int = 0,
         count = (write_kernels(load_ir(lowered),
                                tvm.target.Target(entry["target_string"]), staging / "kernels",
                                library) if entry["device"] == "cuda" else 0)
+        # Each function's weight-transform fingerprint, as a model folder's manifest has them.
+        transforms = {function: signature["transform"]
+                      for function, signature in entry["functions"].items()}
         cases.append({"component": name, "bucket": bucket, "lstm": lstm, "stem": stem,
-                      "library_sha256": entry["library_sha256"], "kernels": count})
+                      "library_sha256": entry["library_sha256"], "kernels": count,
+                      "transforms": transforms})
         print(f"{stem}: {count} kernels", flush=True)
     probe_signatures = build_probes(root, chosen, chosen[0]["target_string"], staging)
     sweeps = {folder: (build_sweep(sweep, folder, chosen[0]["target_string"], staging)
