@@ -356,9 +356,12 @@ def test_gpu_check_runs_end_to_end_on_the_cpu(built, tmp_path):
         assert set(stages) == {"text", "f0n", "noise", "decoder", "other"}
         assert all(stages[s]["tvm_ms"] > 0 and stages[s]["torch_ms"] > 0
                    for s in ("text", "f0n", "decoder"))
-        # The token side's features stay where the libraries run: the text side sends back
-        # the durations alone, f0n its F0 and N, the decoder the audio.
-        assert [stages[s]["copies"]["to_host"] for s in ("text", "f0n", "decoder")] == [1, 2, 1]
+        # What crosses: token ids, masks, style, each frame's token and the noise's key (or
+        # numpy's draws, as here on the CPU) to the device; the durations and the audio back.
+        # The token side's features, F0 and N stay where the libraries run.
+        copies = {s: stages[s]["copies"] for s in ("text", "f0n", "noise", "decoder")}
+        assert [copies[s]["to_host"] for s in copies] == [1, 0, 0, 1]
+        assert [copies[s]["to_device"] for s in copies] == [5, 2, 0, 4]
     batch = summary["throughput"]
     assert batch["utterances"] == 9 and batch["audio_s"] > 0
     assert batch["tvm_audio_per_second"] > 0 and batch["torch_audio_per_second"] > 0

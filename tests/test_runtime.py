@@ -81,6 +81,26 @@ def test_a_folder_whose_libraries_lack_a_function_is_refused(built, tmp_path, fu
         TvmEngine(copy, noise=noise)
 
 
+def test_only_ids_style_and_small_control_arrays_cross_to_the_device(built):
+    """Per chunk with the libraries' own noise (as on a GPU): to the device the token ids, their
+    masks and the style (text side), each frame's token and the frame mask (f0n, decoder), the
+    noise key; back the durations and the audio, nothing else: the token side's features, F0, N,
+    the noise and the harmonic source stay where the libraries run."""
+    engine = TvmEngine(model_folder(built), noise=LIBRARY_NOISE)
+    voice = af_heart(built, IDS)
+    engine.copies.clear()
+    audio, durations = engine.synthesize_with_durations(IDS, voice, SPEED, 0)
+    copies = {stage: engine.copies[stage] for stage in ("text", "f0n", "noise", "decoder")}
+    assert [copies[s].to_device for s in copies] == [5, 2, 1, 2]
+    assert [copies[s].to_host for s in copies] == [1, 0, 0, 1]
+    bucket = 16
+    assert copies["text"].to_device_bytes == 2 * 128 * 4 + bucket * (8 + 1 + 8)
+    assert copies["noise"].to_device_bytes == 8  # the key: two uint32
+    assert copies["f0n"].to_device_bytes == copies["decoder"].to_device_bytes == bucket * (4 + 1)
+    assert copies["decoder"].to_host_bytes == SAMPLES_PER_FRAME * bucket * 4  # the audio
+    assert len(audio) == SAMPLES_PER_FRAME * durations.sum()
+
+
 def test_equal_prepared_weights_are_kept_once(built):
     """Two libraries of the decoder (the llvm and llvm_generic builds: other vector widths, so
     some prepared weights differ) on one Weights: a prepared tensor is shared exactly when its

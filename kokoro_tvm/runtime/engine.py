@@ -180,9 +180,10 @@ class TvmProsody:
     durations: np.ndarray  # frames per token, pads included
     t_en: object  # [1, 512, token bucket], the text encoder's features, on the device
     frame_token: np.ndarray  # [frames] int32, the token of each frame (the alignment)
-    f0: np.ndarray  # [1, F0_PER_FRAME * frames]
-    n: np.ndarray  # [1, F0_PER_FRAME * frames]
-    style: np.ndarray  # [1, 128], the decoder's half of the style
+    f0n_bucket: int
+    f0: object  # [1, F0_PER_FRAME * f0n_bucket], f0n's output, on the device
+    n: object  # [1, F0_PER_FRAME * f0n_bucket]
+    style: object  # [1, 128], the decoder's half of the style, on the device
     seed: int
     noise: Future | None  # SineGen's draws for all the frames (Noise); None: the library's
 
@@ -238,6 +239,7 @@ class TvmEngine:
         self.transfers = Transfers()
         self.components = load_components(self.folder, lstm, kernels, allocator, max_frames,
                                           self.transfers)
+        self.device = self.components["decoder"].weights.device
         if noise is None:
             noise = LIBRARY_NOISE if device_kind(self.folder) == "cuda" else numpy_noise
         self._check_functions(noise == LIBRARY_NOISE)
@@ -294,6 +296,12 @@ class TvmEngine:
         asked, computed = self.decoder_frames["asked"], self.decoder_frames["computed"]
         return 1 - asked / computed if computed else None
 
+    def _upload(self, value):
+        """``value`` on the libraries' device (as it is if it is there already)."""
+        if isinstance(value, np.ndarray):
+            return self.transfers.upload(value, self.device)
+        return value
+
     @contextlib.contextmanager
     def _stage(self, stage: str):
         """Adds the block's seconds to ``timings[stage]`` and its copies to ``copies[stage]``."""
@@ -316,16 +324,21 @@ class TvmEngine:
         noise drawn meanwhile; refuses a chunk that no decoder bucket fits before any work."""
         c = self.components
         ref_s = np.asarray(ref_s, dtype=np.float32).reshape(1, -1)
-        style_decoder, style_prosody = ref_s[:, :STYLE_DIM], ref_s[:, STYLE_DIM:]
         tokens = np.array([[0, *ids, 0]], dtype=np.int64)
         n = tokens.shape[1]
+        uploaded: dict[int, dict[str, object]] = {}  # each token bucket's, copied once
 
-        def text_inputs(bucket: int) -> dict[str, np.ndarray]:
-            mask = np.arange(bucket)[None, :] >= n  # True on padding, as in KModel
-            return {"input_ids": _padded(tokens, bucket), "text_mask": mask,
-                    "attention_mask": (~mask).astype(np.int64)}
+        def text_inputs(bucket: int) -> dict[str, object]:
+            if bucket not in uploaded:
+                mask = np.arange(bucket)[None, :] >= n  # True on padding, as in KModel
+                uploaded[bucket] = {name: self._upload(value) for name, value in (
+                    ("input_ids", _padded(tokens, bucket)), ("text_mask", mask),
+                    ("attention_mask", (~mask).astype(np.int64)))}
+            return uploaded[bucket]
 
         with self._stage("text"):
+            style_decoder, style_prosody = (self._upload(half) for half in (
+                ref_s[:, :STYLE_DIM], ref_s[:, STYLE_DIM:]))
             bert_bucket = c["bert"].fit(n)
             (d_en,) = c["bert"].on_device(bert_bucket, "main", text_inputs(bert_bucket))
             bucket = c["duration"].fit(n)
@@ -348,12 +361,13 @@ class TvmEngine:
             c["decoder"].fit(total)  # a chunk too long for the decoder is refused here
             noise = (None if self.noise == LIBRARY_NOISE
                      else self._background.submit(self.noise, seed, total))
-            (f0, noise_n) = c["f0n"].run(bucket, "main", {
+            # F0 and N stay on the device for the decoder, padding included: the decoder masks
+            # its padding (validated on padding that holds more features).
+            (f0, noise_n) = c["f0n"].on_device(bucket, "main", {
                 **c["f0n"].aligned(bucket, d, frame_token), "s": style_prosody,
                 "frame_mask": np.arange(bucket)[None, :] >= total})  # True on padding
-        steps = F0_PER_FRAME * total
-        return TvmProsody(frames, t_en, frame_token, f0[:, :steps], noise_n[:, :steps],
-                          style_decoder, seed, noise)
+        return TvmProsody(frames, t_en, frame_token, bucket, f0, noise_n, style_decoder, seed,
+                          noise)
 
     def decode_frames(self, frames: int) -> int:
         """The decoder bucket that ``frames`` frames are padded to."""
@@ -379,18 +393,20 @@ class TvmEngine:
         with self._stage("decoder"):
             self.decoder_frames["asked"] += frames
             self.decoder_frames["computed"] += bucket
-            steps, bucket_steps = F0_PER_FRAME * frames, F0_PER_FRAME * bucket
+            f0, n = prosody.f0, prosody.n
+            if bucket != prosody.f0n_bucket:  # a prefix in a smaller bucket: cut on the host
+                steps, bucket_steps = F0_PER_FRAME * frames, F0_PER_FRAME * bucket
+                f0, n = (_padded(self.transfers.download(x)[:, :steps], bucket_steps)
+                         for x in (f0, n))
             # Copied once for both functions.
-            common = {name: self.transfers.upload(value, library.device) for name, value in (
-                ("f0", _padded(prosody.f0[:, :steps], bucket_steps)),
-                ("frame_mask", np.arange(bucket)[None, :] >= frames))}  # True on padding
+            common = {"f0": self._upload(f0),
+                      "frame_mask": self._upload(np.arange(bucket)[None, :] >= frames)}
             # The harmonic source stays on the device for the body (on a GPU, its 22 channels
             # of 245,761 STFT frames, 21.6 MB at 2048 frames, would otherwise go to the host and
             # back).
             (har,) = library.on_device("source", {**common, **noise})
             aligned = self.components["decoder"].aligned(bucket, prosody.t_en,
                                                          prosody.frame_token[:frames])
-            (audio,) = library("body", {
-                **common, **aligned, "n": _padded(prosody.n[:, :steps], bucket_steps),
-                "s": prosody.style, "har": har})
+            (audio,) = library("body", {**common, **aligned, "n": n, "s": prosody.style,
+                                        "har": har})
         return audio[0, :SAMPLES_PER_FRAME * frames].astype(np.float32)
