@@ -362,6 +362,7 @@ def test_gpu_check_runs_end_to_end_on_the_cpu(built, tmp_path):
         copies = {s: stages[s]["copies"] for s in ("text", "f0n", "noise", "decoder")}
         assert [copies[s]["to_host"] for s in copies] == [1, 0, 0, 1]
         assert [copies[s]["to_device"] for s in copies] == [5, 2, 0, 4]
+    assert all(r["interleaved_snr_db"] >= 60 for r in summary["end_to_end"])
     batch = summary["throughput"]
     assert batch["utterances"] == 9 and batch["audio_s"] > 0
     assert batch["tvm_audio_per_second"] > 0 and batch["torch_audio_per_second"] > 0

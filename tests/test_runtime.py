@@ -101,6 +101,18 @@ def test_only_ids_style_and_small_control_arrays_cross_to_the_device(built):
     assert len(audio) == SAMPLES_PER_FRAME * durations.sum()
 
 
+def test_a_chunks_device_tensors_outlive_the_next_chunks_calls(built):
+    """A stream makes the next chunk's prosody before it decodes this one: the device tensors
+    a prosody keeps (the text encoder's features, F0, N) must not be overwritten by the next
+    calls of the same libraries."""
+    engine = TvmEngine(model_folder(built), noise=LIBRARY_NOISE)
+    voice = af_heart(built, IDS)
+    alone = engine.synthesize(IDS, voice, SPEED, 4)
+    first = engine.prosody(IDS, voice, SPEED, 4)
+    engine.prosody(IDS[:9], af_heart(built, IDS[:9]), SPEED * 0.9, 5)  # another chunk
+    np.testing.assert_array_equal(engine.decode(first), alone)
+
+
 def test_equal_prepared_weights_are_kept_once(built):
     """Two libraries of the decoder (the llvm and llvm_generic builds: other vector widths, so
     some prepared weights differ) on one Weights: a prepared tensor is shared exactly when its
