@@ -303,6 +303,29 @@ def test_gpu_check_builds_the_largest_default_buckets():
             assert min(buckets) == min(default[name]), name
 
 
+@needs_nvcc
+def test_align_is_a_thread_per_value_on_cuda():
+    """The decoder's align in its GPU form: the CUDA source gathers with a thread per output
+    value, reading the token count from the call (the token bucket is not fixed)."""
+    from tvm import relax
+
+    from kokoro_tvm.abi import ALIGN_FUNCTION
+    from kokoro_tvm.compile.alignment import add_align_function
+
+    bb = relax.BlockBuilder()
+    asr = relax.Var("asr", relax.TensorType((1, 512, 64), "float32"))
+    with bb.function("body", [asr], {"num_input": 1}):
+        bb.emit_func_output(relax.op.sum(asr))
+    target = make_target(CUDA)
+    lowered = lower(add_align_function(bb.get(), target), target)
+    assert ALIGN_FUNCTION in {gvar.name_hint for gvar in lowered.get_global_vars()}
+    source = "\n".join(gpu.cuda_sources(lowered, target))
+    kernel = source[source.index("align_frames"):]
+    kernel = kernel[:kernel.index("\n}\n")]
+    assert "blockIdx.x" in kernel and "threadIdx.x" in kernel
+    assert "tokens" in kernel  # the symbolic token count, passed in
+
+
 def test_the_gpu_machines_python_has_only_what_that_machine_has(tmp_path):
     python = gpu_machine_python(tmp_path / "site")
     for module, present in (("torch", True), ("numpy", True), ("transformers", True),

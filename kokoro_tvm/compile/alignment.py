@@ -25,33 +25,21 @@ KERNEL_PREFIX = "align_frames_"
 THREADS_PER_BLOCK = 256
 
 
+@T.macro
+def _gather(source, frame_token, out, c, f, axis):
+    """out[0, c, f]: token frame_token[f]'s feature c, zero where it is -1."""
+    token: T.let[T.int64] = T.Cast("int64", frame_token[f])
+    safe: T.let[T.int64] = T.max(token, T.int64(0))
+    out[0, c, f] = T.if_then_else(token >= 0, source[0, safe, c] if axis == 1
+                                  else source[0, c, safe], T.float32(0))
+
+
 def align_kernel(channels: int, frames: int, axis: int, gpu: bool = False
                  ) -> tvm.tirx.PrimFunc:
     """source [1, tokens, channels] (``axis`` 1) or [1, channels, tokens] (``axis`` 2), any
-    number of tokens; frame_token [frames] int32 -> out [1, channels, frames]."""
-    def read(source, c, token):
-        return source[0, token, c] if axis == 1 else source[0, c, token]
-
-    if gpu:
-        blocks = -(-channels * frames // THREADS_PER_BLOCK)
-
-        @T.prim_func(private=True)
-        def align_frames(var_source: T.handle, frame_token: T.Buffer((frames,), "int32"),
-                         out: T.Buffer((1, channels, frames), "float32")):
-            T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
-            tokens = T.int64()
-            source = T.match_buffer(var_source, (1, tokens, channels) if axis == 1
-                                    else (1, channels, tokens), "float32")
-            for block in T.thread_binding(blocks, thread="blockIdx.x"):
-                for thread in T.thread_binding(THREADS_PER_BLOCK, thread="threadIdx.x"):
-                    i: T.let[T.int64] = T.int64(block) * THREADS_PER_BLOCK + T.int64(thread)
-                    if i < channels * frames:
-                        token: T.let[T.int64] = T.Cast("int64", frame_token[i % frames])
-                        out[0, i // frames, i % frames] = T.if_then_else(
-                            token >= 0, read(source, i // frames, T.max(token, T.int64(0))),
-                            T.float32(0))
-
-        return align_frames
+    number of tokens; frame_token [frames] int32 -> out [1, channels, frames]: the CPU form
+    (channels in parallel) or the GPU form (a thread per value)."""
+    blocks = -(-channels * frames // THREADS_PER_BLOCK)
 
     @T.prim_func(private=True)
     def align_frames(var_source: T.handle, frame_token: T.Buffer((frames,), "int32"),
@@ -60,11 +48,16 @@ def align_kernel(channels: int, frames: int, axis: int, gpu: bool = False
         tokens = T.int64()
         source = T.match_buffer(var_source, (1, tokens, channels) if axis == 1
                                 else (1, channels, tokens), "float32")
-        for c in T.parallel(channels):
-            for f in range(frames):
-                token: T.let[T.int64] = T.Cast("int64", frame_token[f])
-                out[0, c, f] = T.if_then_else(
-                    token >= 0, read(source, c, T.max(token, T.int64(0))), T.float32(0))
+        if gpu:
+            for block in T.thread_binding(blocks, thread="blockIdx.x"):
+                for thread in T.thread_binding(THREADS_PER_BLOCK, thread="threadIdx.x"):
+                    i: T.let[T.int64] = T.int64(block) * THREADS_PER_BLOCK + T.int64(thread)
+                    if i < channels * frames:
+                        _gather(source, frame_token, out, i // frames, i % frames, axis)
+        else:
+            for c in T.parallel(channels):
+                for f in range(frames):
+                    _gather(source, frame_token, out, c, f, axis)
 
     return align_frames
 
