@@ -97,17 +97,16 @@ def _phases(key, words, phases):
 
 def noise_kernel(samples: int, gpu: bool = False) -> tvm.tirx.PrimFunc:
     """key [2] uint32 -> phases [1, HARMONICS] in [0, 1), noise [1, samples, 1] standard
-    normals; the CPU form, or the GPU form with a thread per counter."""
+    normals; the CPU form (counters in parallel), or the GPU form (a thread per counter)."""
     counters = -(-samples // PHILOX_WORDS)
+    blocks = -(-counters // THREADS_PER_BLOCK)
 
-    if gpu:
-        blocks = -(-counters // THREADS_PER_BLOCK)
-
-        @T.prim_func(private=True)
-        def philox_noise(key: T.Buffer((2,), "uint32"),
-                         phases: T.Buffer((1, HARMONICS), "float32"),
-                         noise: T.Buffer((1, samples, 1), "float32")):
-            T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+    @T.prim_func(private=True)
+    def philox_noise(key: T.Buffer((2,), "uint32"),
+                     phases: T.Buffer((1, HARMONICS), "float32"),
+                     noise: T.Buffer((1, samples, 1), "float32")):
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+        if gpu:
             for block in T.thread_binding(blocks, thread="blockIdx.x"):
                 for thread in T.thread_binding(THREADS_PER_BLOCK, thread="threadIdx.x"):
                     words = T.alloc_buffer((PHILOX_WORDS,), "uint32", scope="local")
@@ -117,19 +116,12 @@ def noise_kernel(samples: int, gpu: bool = False) -> tvm.tirx.PrimFunc:
                         _normals(key, counter, samples, words, noise)
                     if counter == 0:
                         _phases(key, words, phases)
-
-        return philox_noise
-
-    @T.prim_func(private=True)
-    def philox_noise(key: T.Buffer((2,), "uint32"),
-                     phases: T.Buffer((1, HARMONICS), "float32"),
-                     noise: T.Buffer((1, samples, 1), "float32")):
-        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
-        for counter in T.parallel(counters):
+        else:
+            for counter in T.parallel(counters):
+                words = T.alloc_buffer((PHILOX_WORDS,), "uint32", scope="local")
+                _normals(key, T.int64(counter), samples, words, noise)
             words = T.alloc_buffer((PHILOX_WORDS,), "uint32", scope="local")
-            _normals(key, T.int64(counter), samples, words, noise)
-        words = T.alloc_buffer((PHILOX_WORDS,), "uint32", scope="local")
-        _phases(key, words, phases)
+            _phases(key, words, phases)
 
     return philox_noise
 
