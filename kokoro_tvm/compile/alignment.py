@@ -19,6 +19,7 @@ from tvm import relax
 from tvm.script import tirx as T
 
 from kokoro_tvm.abi import ALIGN_FUNCTION, FRAME_TOKEN
+from kokoro_tvm.compile.library_functions import add_kernel_function, input_types
 from kokoro_tvm.components import ALIGNED_INPUTS, token_axis
 
 KERNEL_PREFIX = "align_frames_"
@@ -62,37 +63,22 @@ def align_kernel(channels: int, frames: int, axis: int, gpu: bool = False
     return align_frames
 
 
-def _aligned_input(mod: tvm.IRModule) -> tuple[str, relax.TensorType] | None:
-    """The module's aligned input (name, type), or None."""
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            for param in func.params:
-                if param.name in ALIGNED_INPUTS:
-                    return param.name, param.ty
-    return None
-
-
 def add_align_function(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """``mod`` with ``align(source, frame_token)`` added where a function takes an aligned
     input, drawn by the target's form of the kernel."""
-    found = _aligned_input(mod)
-    if found is None:
+    found = input_types(mod, ALIGNED_INPUTS)
+    if not found:
         return mod
-    name, ty = found
+    ((name, ty),) = found.items()
     source_name = ALIGNED_INPUTS[name]
     axis = token_axis(source_name)
     _, channels, frames = (int(d) for d in ty.shape)
     tokens = tvm.tirx.Var("tokens", "int64")
     source_shape = (1, tokens, channels) if axis == 1 else (1, channels, tokens)
-    bb = relax.BlockBuilder(mod)
-    source = relax.Var(source_name, relax.TensorType(source_shape, "float32"))
-    frame_token = relax.Var(FRAME_TOKEN, relax.TensorType((frames,), "int32"))
-    with bb.function(ALIGN_FUNCTION, [source, frame_token], {"num_input": 2}):
-        kernel = bb.add_func(align_kernel(channels, frames, axis, gpu="gpu" in target.keys),
-                             f"{KERNEL_PREFIX}{source_name}_{frames}")
-        with bb.dataflow():
-            out = bb.emit_output(bb.emit(relax.call_tir(
-                kernel, [source, frame_token], relax.TensorType((1, channels, frames),
-                                                                "float32"))))
-        bb.emit_func_output(out)
-    return bb.get()
+    params = [relax.Var(source_name, relax.TensorType(source_shape, "float32")),
+              relax.Var(FRAME_TOKEN, relax.TensorType((frames,), "int32"))]
+    return add_kernel_function(
+        mod, ALIGN_FUNCTION, params,
+        align_kernel(channels, frames, axis, gpu="gpu" in target.keys),
+        f"{KERNEL_PREFIX}{source_name}_{frames}", relax.TensorType((1, channels, frames),
+                                                                  "float32"))

@@ -37,6 +37,7 @@ from kokoro_tvm.abi import (
     PHILOX_WORDS,
     SAMPLE_STREAM,
 )
+from kokoro_tvm.compile.library_functions import add_kernel_function, input_types
 from kokoro_tvm.facts import HARMONICS
 
 KERNEL_PREFIX = "philox_noise_"
@@ -126,36 +127,18 @@ def noise_kernel(samples: int, gpu: bool = False) -> tvm.tirx.PrimFunc:
     return philox_noise
 
 
-def _noise_shapes(mod: tvm.IRModule) -> tuple[int, int] | None:
-    """(harmonics, samples) of the module's function that takes the noise inputs, or None."""
-    phases, samples = NOISE_INPUTS
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            params = {p.name: p.ty for p in func.params}
-            if phases in params and samples in params:
-                return int(params[phases].shape[1]), int(params[samples].shape[1])
-    return None
-
-
 def add_noise_function(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """``mod`` with ``noise(key)`` added where a function takes the noise inputs (the decoder's
     source), in the shapes it takes them, drawn by the target's form of the kernel."""
-    shapes = _noise_shapes(mod)
-    if shapes is None:
+    found = input_types(mod, NOISE_INPUTS)
+    if set(found) != set(NOISE_INPUTS):
         return mod
-    harmonics, samples = shapes
+    harmonics, samples = (int(found[name].shape[1]) for name in NOISE_INPUTS)
     if harmonics != HARMONICS:
         raise ValueError(f"{NOISE_INPUTS[0]} has {harmonics} harmonics, the generator draws "
                          f"{HARMONICS}")
-    bb = relax.BlockBuilder(mod)
-    key = relax.Var(NOISE_KEY, relax.TensorType((2,), "uint32"))
-    with bb.function(NOISE_FUNCTION, [key], {"num_input": 1}):
-        kernel = bb.add_func(noise_kernel(samples, gpu="gpu" in target.keys),
-                             f"{KERNEL_PREFIX}{samples}")
-        with bb.dataflow():
-            drawn = bb.emit(relax.call_tir(kernel, [key], [
-                relax.TensorType((1, HARMONICS), "float32"),
-                relax.TensorType((1, samples, 1), "float32")]))
-            out = bb.emit_output(drawn)
-        bb.emit_func_output(out)
-    return bb.get()
+    return add_kernel_function(
+        mod, NOISE_FUNCTION, [relax.Var(NOISE_KEY, relax.TensorType((2,), "uint32"))],
+        noise_kernel(samples, gpu="gpu" in target.keys), f"{KERNEL_PREFIX}{samples}",
+        [relax.TensorType((1, HARMONICS), "float32"),
+         relax.TensorType((1, samples, 1), "float32")])

@@ -16,7 +16,7 @@ import contextlib
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -305,7 +305,7 @@ class TvmEngine:
     @contextlib.contextmanager
     def _stage(self, stage: str):
         """Adds the block's seconds to ``timings[stage]`` and its copies to ``copies[stage]``."""
-        started, before = time.perf_counter(), Transfers(**asdict(self.transfers))
+        started, before = time.perf_counter(), replace(self.transfers)
         yield
         self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - started
         self.copies.setdefault(stage, Transfers()).add(self.transfers.since(before))
