@@ -1,6 +1,8 @@
 # Config validation, wildcard constraints and the small functions that turn config into targets.
+import atexit
 import functools
 import json
+import os
 from pathlib import Path
 
 from snakemake.utils import min_version
@@ -15,6 +17,7 @@ from kokoro_tvm.compile.devices import (
     lstm_methods_for,
 )
 from kokoro_tvm.config import check_precision, validate_config
+from kokoro_tvm.stages import forkserver
 from kokoro_tvm.stages.code_inputs import code_files
 
 min_version("9.0")
@@ -236,6 +239,13 @@ def longest_chains_first(wildcards):
     return max(setting(f"buckets.{wildcards.component}"))
 
 
+def start_forkservers():
+    """The fork servers for this run, ended with the Snakemake process."""
+    folder, servers = forkserver.start_servers()
+    os.environ[forkserver.FOLDER_VARIABLE] = folder
+    atexit.register(forkserver.stop_servers, folder, servers)
+
+
 onstart:
     # Snakemake's job rate limiter runs another scheduling round a window after every round
     # that leaves a job waiting, and every finished job starts one more such chain
@@ -246,3 +256,8 @@ onstart:
     # run); tests/test_layout.py fails if a local run waits for it.
     if workflow.local_exec and workflow.scheduler is not None:
         workflow.scheduler.job_rate_limiter = None
+    # A local run's stage scripts hand their jobs to two servers that have PyTorch and Kokoro,
+    # or TVM, imported and fork for each job (kokoro_tvm/stages/forkserver.py): every job
+    # otherwise spends 1.5-5 s importing them. Cluster jobs run their scripts themselves.
+    if workflow.local_exec:
+        start_forkservers()

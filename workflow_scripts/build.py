@@ -4,11 +4,11 @@ import json
 import sys
 
 from kokoro_tvm import paths
-from kokoro_tvm.errors import run_script
 from kokoro_tvm.facts import COMPONENT_NAMES
 from kokoro_tvm.script_args import add_lstm_argument, add_target_options_argument, stage_parser
 from kokoro_tvm.stages.build import build
 from kokoro_tvm.stages.common import without_torch
+from kokoro_tvm.stages.forkserver import run_stage
 
 
 def main() -> None:
@@ -32,4 +32,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_script(main))
+    sys.exit(run_stage(main, "tvm"))

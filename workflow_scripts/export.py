@@ -3,10 +3,10 @@
 import sys
 
 from kokoro_tvm import paths
-from kokoro_tvm.errors import run_script
 from kokoro_tvm.facts import COMPONENT_NAMES
 from kokoro_tvm.script_args import add_model_arguments, stage_parser
 from kokoro_tvm.stages.export import export
+from kokoro_tvm.stages.forkserver import run_stage
 
 
 def main() -> None:
@@ -19,4 +19,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_script(main))
+    sys.exit(run_stage(main, "torch"))

@@ -4,9 +4,9 @@ import sys
 
 from kokoro_tvm import paths
 from kokoro_tvm.compile.devices import PRECISIONS
-from kokoro_tvm.errors import run_script
 from kokoro_tvm.script_args import add_target_options_argument, stage_parser
 from kokoro_tvm.stages.common import without_torch
+from kokoro_tvm.stages.forkserver import run_stage
 from kokoro_tvm.stages.lower import lower
 
 
@@ -26,4 +26,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_script(main))
+    sys.exit(run_stage(main, "tvm"))

@@ -4,10 +4,10 @@ import json
 import sys
 
 from kokoro_tvm import paths
-from kokoro_tvm.errors import run_script
 from kokoro_tvm.facts import COMPONENT_NAMES
 from kokoro_tvm.script_args import add_lstm_argument, add_target_options_argument, stage_parser
 from kokoro_tvm.stages.common import without_torch
+from kokoro_tvm.stages.forkserver import run_stage
 from kokoro_tvm.stages.validate import validate
 
 
@@ -31,4 +31,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_script(main))
+    sys.exit(run_stage(main, "tvm"))
