@@ -12,10 +12,12 @@ nodes, under another Python (a conda environment), or while the server still sta
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import runpy
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -87,16 +89,15 @@ def _hand_over(kind: str) -> int | None:
 # The server's side.
 # --------------------------------------------------------------------------------------------
 
-def serve(kind: str, path: str) -> None:
+def serve(kind: str, path: str, owner: int) -> None:
     """Imports the ``kind``'s modules, then runs each job it is handed in a fork of itself,
-    until the process that started it ends."""
+    while its parent is ``owner`` (the process that started it; once that ends, no more)."""
     if kind == "tvm":
         from kokoro_tvm.stages.common import without_torch
 
         without_torch()
     for module in PRELOADS[kind]:
         __import__(module)
-    owner = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path + ".part")  # jobs find it once it serves
     listener.listen(64)
@@ -123,6 +124,9 @@ def serve(kind: str, path: str) -> None:
     finally:
         for pid in running:
             _kill(pid)
+        os.unlink(path)
+        with contextlib.suppress(OSError):  # the last server out, when no stop_servers came
+            os.rmdir(os.path.dirname(path))
 
 
 def _start(conn: socket.socket, listener: socket.socket,
@@ -225,7 +229,8 @@ def start_servers(kinds=tuple(PRELOADS)) -> tuple[str, list[subprocess.Popen]]:
     ``FOLDER_VARIABLE``) and the servers, which end with this process (``stop_servers``)."""
     folder = tempfile.mkdtemp(prefix="kokoro-tvm-")
     servers = [subprocess.Popen([sys.executable, "-m", __name__, "--kind", kind,
-                                 "--socket", socket_path(folder, kind)],
+                                 "--socket", socket_path(folder, kind),
+                                 "--owner", str(os.getpid())],
                                 stdin=subprocess.DEVNULL, start_new_session=True)
                for kind in kinds]
     return folder, servers
@@ -236,11 +241,7 @@ def stop_servers(folder: str, servers: list[subprocess.Popen]) -> None:
         server.terminate()
     for server in servers:
         server.wait()
-    for kind in PRELOADS:
-        for path in (socket_path(folder, kind), socket_path(folder, kind) + ".part"):
-            if os.path.exists(path):
-                os.unlink(path)
-    os.rmdir(folder)
+    shutil.rmtree(folder, ignore_errors=True)  # a server stopped while it imported leaves it
 
 
 def main() -> None:
@@ -248,8 +249,10 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kind", required=True, choices=sorted(PRELOADS))
     parser.add_argument("--socket", required=True, help="where jobs find the server")
+    parser.add_argument("--owner", required=True, type=int,
+                        help="the process that started it: the server ends with it")
     args = parser.parse_args()
-    serve(args.kind, args.socket)
+    serve(args.kind, args.socket, args.owner)
 
 
 if __name__ == "__main__":
