@@ -257,7 +257,7 @@ onstart:
     if workflow.local_exec and workflow.scheduler is not None:
         workflow.scheduler.job_rate_limiter = None
     # A local run's stage scripts hand their jobs to two servers that have PyTorch and Kokoro,
-    # or TVM, imported and fork for each job (kokoro_tvm/stages/forkserver.py): every job
-    # otherwise spends 1.5-5 s importing them. Cluster jobs run their scripts themselves.
+    # or TVM, imported and fork for each job (kokoro_tvm/stages/forkserver.py), instead of
+    # each job importing them (docs/build-and-test-time.md). Cluster jobs run themselves.
     if workflow.local_exec:
         start_forkservers()

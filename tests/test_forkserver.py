@@ -159,3 +159,23 @@ def test_a_server_ends_with_the_process_that_started_it(tmp_path):
     starter.wait()
     wait_for(lambda: not alive(int(pid)), 60, "the orphaned server ends")
     wait_for(lambda: not os.path.exists(folder), 10, "its socket folder is removed")
+
+
+def test_a_job_whose_server_dies_fails_and_its_run_ends(script, tmp_path):
+    folder, servers = forkserver.start_servers(("tvm",))
+    try:
+        wait_for(lambda: os.path.exists(forkserver.socket_path(folder, "tvm")), 120,
+                 "the tvm server serves")
+        client = subprocess.Popen(
+            [sys.executable, str(script), "sleep"], cwd=tmp_path, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+            env={**os.environ, forkserver.FOLDER_VARIABLE: folder})
+        line = client.stdout.readline()
+        child = int(line.split()[0].removeprefix("pid="))
+        servers[0].kill()
+        _, stderr = client.communicate(timeout=30)
+        assert client.returncode == 1
+        assert "fork server ended before this job did; run the build again" in stderr
+        wait_for(lambda: not alive(child), 30, "the job's run ends with its server")
+    finally:
+        forkserver.stop_servers(folder, servers)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import runpy
@@ -130,22 +131,32 @@ def serve(kind: str, path: str, owner: int) -> None:
 
 
 def _start(conn: socket.socket, listener: socket.socket,
-           running: dict[int, socket.socket]) -> int | None:
-    message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
-    job = json.loads(message)
-    if job["python"] != sys.prefix or job["package"] != PACKAGE or len(fds) != 3:
+           running: dict[int, socket.socket | None]) -> int | None:
+    """The pid of the fork running the job ``conn`` hands over; None when it is refused (the
+    job then runs itself) or unreadable (its process reports the server's end)."""
+    fds = []
+    try:
+        message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+        job = json.loads(message)
+        ours = job["python"] == sys.prefix and job["package"] == PACKAGE and len(fds) == 3
+        if not ours:
+            conn.send(json.dumps({"refused": "another Python or package"}).encode())
+    except (OSError, ValueError, KeyError, TypeError):
+        ours = False
+    if not ours:
         for fd in fds:
             os.close(fd)
-        conn.send(json.dumps({"refused": "another Python or package"}).encode())
         conn.close()
         return None
     sys.stdout.flush()
     sys.stderr.flush()
+    server = os.getpid()
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
             os.setpgid(0, 0)  # the job and what it starts are killed together
+            _end_with_parent(server)
             listener.close()
             for other in running.values():
                 if other is not None:
@@ -164,6 +175,16 @@ def _start(conn: socket.socket, listener: socket.socket,
     except OSError:  # the child got there first, or has already ended
         pass
     return pid
+
+
+def _end_with_parent(server: int) -> None:
+    """This process is killed when the server ends (Linux): a job whose server died has
+    already been reported failed, and must not write its outputs afterwards."""
+    with contextlib.suppress(OSError, AttributeError):
+        pr_set_pdeathsig = 1  # linux/prctl.h
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != server:  # it ended before the request
+        os._exit(1)
 
 
 def _run(job: dict) -> int:
