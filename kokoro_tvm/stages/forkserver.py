@@ -125,9 +125,9 @@ def serve(kind: str, path: str, owner: int) -> None:
     finally:
         for pid in running:
             _kill(pid)
-        os.unlink(path)
-        with contextlib.suppress(OSError):  # the last server out, when no stop_servers came
-            os.rmdir(os.path.dirname(path))
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            os.rmdir(os.path.dirname(path))  # the last server out, when no stop_servers came
 
 
 def _start(conn: socket.socket, listener: socket.socket,
