@@ -11,11 +11,11 @@ from kokoro_tvm import paths
 from kokoro_tvm.components import COMPONENTS
 from kokoro_tvm.compile.devices import (
     DEVICE_LSTM_METHODS,
-    cannot_run_reason,
     device_kind,
     library_precision,
     lstm_methods_for,
 )
+from kokoro_tvm.compile.runnable import cannot_run_reason
 from kokoro_tvm.config import check_precision, validate_config
 from kokoro_tvm.stages import forkserver
 from kokoro_tvm.stages.code_inputs import code_files
@@ -180,7 +180,7 @@ def all_targets():
 
 @functools.cache  # once per target: for a named mcpu it asks LLVM, through TVM
 def can_run(target):
-    """Whether this machine can run ``target``'s libraries (compile/devices.cannot_run_reason)."""
+    """Whether this machine can run ``target``'s libraries (compile/runnable.cannot_run_reason)."""
     return cannot_run_reason(setting(f"target_options.{target}")) is None
 
 
@@ -258,6 +258,6 @@ onstart:
         workflow.scheduler.job_rate_limiter = None
     # A local run's stage scripts hand their jobs to two servers that have PyTorch and Kokoro,
     # or TVM, imported and fork for each job (kokoro_tvm/stages/forkserver.py), instead of
-    # each job importing them (docs/build-and-test-time.md). Cluster jobs run themselves.
+    # each job importing them (docs/build-time.md). Cluster jobs run themselves.
     if workflow.local_exec:
         start_forkservers()

@@ -264,7 +264,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 def test_export_process_reuses_freed_blocks_without_page_faults():
     """keep_freed_memory (the export stage's process): a large block freed and allocated again
     comes back from the heap, its pages already mapped; by default glibc unmaps it and every
-    page faults in again, zeroed by the kernel (docs/build-and-test-time.md, Build time)."""
+    page faults in again, zeroed by the kernel (docs/build-time.md)."""
     import subprocess
     import sys
 

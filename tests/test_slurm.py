@@ -2,7 +2,7 @@
 
 A one-node Slurm cluster (munged, slurmctld, slurmd; tests/slurm/cluster.py) runs on localhost
 for this module and is shut down by the fixture's finalizer, failures included. Debian's
-packages are installed with apt-get when missing (docs/build-and-test-time.md, Slurm).
+packages are installed with apt-get when missing (docs/cluster.md, The test cluster).
 
 Two of the tiny config's llvm libraries, the first and the last component (every stage from the
 weights to validation), are built on the cluster and compared with the session's local build of

@@ -22,8 +22,9 @@ import yaml
 from conftest import OTHER_TARGETS, REPO, TINY, dry_run, model_folder, needs_nvcc, run_snakemake
 
 from kokoro_tvm import cpu, paths
-from kokoro_tvm.compile.devices import architecture, cannot_run_reason, lstm_methods_for
+from kokoro_tvm.compile.devices import architecture, lstm_methods_for
 from kokoro_tvm.compile.gpu import cuda_available
+from kokoro_tvm.compile.runnable import cannot_run_reason
 from kokoro_tvm.compile.targets import cpu_of
 from kokoro_tvm.config import ConfigError, validate_config
 from kokoro_tvm.cpu import host_cpu_extensions, listed_cpu_extensions

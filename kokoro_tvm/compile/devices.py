@@ -1,13 +1,12 @@
 """Where a target's code runs, from its dict form, without importing TVM (the workflow reads
 these when it parses): the device (cpu or cuda), the precision, the CPU architecture
-(``mtriple`` or this machine), the cross linker, whether this machine can run the libraries, and
-the LSTM lowerings a device can compile.
+(``mtriple`` or this machine), the cross linker and the LSTM lowerings a device can compile.
+Whether this machine can run the libraries is compile/runnable.py's (it may ask TVM).
 """
 from __future__ import annotations
 
 from typing import Any
 
-from kokoro_tvm import cpu
 from kokoro_tvm.cpu import host_machine, machine_name
 from kokoro_tvm.facts import LSTM_METHOD_NAMES
 
@@ -67,26 +66,6 @@ def cross_compiler(options: dict[str, Any]) -> str | None:
     if not is_cross(options):
         return None
     return f"{options['mtriple']}-gcc"
-
-
-def cannot_run_reason(options: dict[str, Any]) -> str | None:
-    """Why this machine cannot run a target's libraries (None when it can): no CUDA device,
-    another architecture, or instruction-set extensions the target's ``mcpu`` implies that this
-    CPU lacks. What an mcpu implies is LLVM's answer, through TVM (compile/targets.cpu_of); it
-    is asked only for a named mcpu of this architecture, since planning runs this and TVM's
-    import takes seconds."""
-    if device_kind(options) == "cuda":
-        from kokoro_tvm.compile.gpu import cuda_available
-
-        return None if cuda_available() else "no CUDA device"
-    if is_cross(options):
-        return (f"code for {architecture(options)} cannot run on this {host_machine()} machine "
-                "(tests/test_targets.py runs it under qemu-user)")
-    if options.get("mcpu") == "host":  # this CPU's own code
-        return None
-    from kokoro_tvm.compile.targets import cpu_of
-
-    return cpu.cannot_run_reason(architecture(options), cpu_of(options))
 
 
 # LSTM lowerings each device can compile, fastest first. tir and tir_vec are hand-written CPU

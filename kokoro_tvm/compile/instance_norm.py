@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 import tvm
 from tvm import relax, te
 
+from kokoro_tvm.compile.deferred import placeholder
 from kokoro_tvm.compile.row_reduction import PER_ROW, row_block, row_reduction
-from kokoro_tvm.compile.specialize import placeholder
 
 if TYPE_CHECKING:  # lowering loads this module without PyTorch (stages/common.without_torch)
     from torch import fx

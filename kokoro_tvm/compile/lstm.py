@@ -36,7 +36,7 @@ from tvm import relax
 from tvm.script import tirx as T
 
 from kokoro_tvm.compile import fastmath
-from kokoro_tvm.compile.specialize import placeholder
+from kokoro_tvm.compile.deferred import placeholder
 from kokoro_tvm.facts import LSTM_METHOD_NAMES
 from kokoro_tvm.model.custom_ops import PACKED_LSTM, converter_key
 

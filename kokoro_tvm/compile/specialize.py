@@ -6,8 +6,8 @@ here: the length bound to the bucket (Relax's ``BindSymbolicVars``), then our op
 Our ops (Kokoro's packed LSTMs, the masked InstanceNorm) become kernels written for static
 shapes (compile/lstm.py, compile/instance_norm.py), so the importer leaves a placeholder for
 each, a ``call_dps_packed`` of ``DEFERRED`` + the op's name with the op's arguments and result
-type, and ``specialize`` emits the kernels in its place once the shapes are the bucket's: the
-same kernels a static import made.
+type (compile/deferred.py), and ``specialize`` emits the kernels in its place once the shapes are
+the bucket's: the same kernels a static import made.
 """
 from __future__ import annotations
 
@@ -16,22 +16,16 @@ from typing import Callable
 import tvm
 from tvm import relax
 
-DEFERRED = "kokoro_tvm.deferred."
+from kokoro_tvm.compile import instance_norm, lstm
+from kokoro_tvm.compile.deferred import DEFERRED
+
 # The importer's function attributes bounding a symbolic length (torch.export's range).
 LENGTH_BOUNDS = ("tir_var_lower_bound", "tir_var_upper_bound")
 _CALL_DPS_PACKED = tvm.ir.Op.get("relax.call_dps_packed")
 
 
-def placeholder(bb: relax.BlockBuilder, op_name: str, args: list[relax.Expr],
-                out_ty: relax.TensorType) -> relax.Expr:
-    """Where the importer leaves our op ``op_name`` for ``specialize`` to convert."""
-    return bb.emit(relax.call_dps_packed(DEFERRED + op_name, args, out_ty))
-
-
 def _emitters() -> dict[str, Callable[..., relax.Expr]]:
     """Op name -> what emits it for static shapes: ``emit(block_builder, *args)``."""
-    from kokoro_tvm.compile import instance_norm, lstm
-
     return {instance_norm.OP_NAME: instance_norm.emit_masked_instance_norm,
             **{lstm.op_name(name): emit for name, emit in lstm.LSTM_METHODS.items()}}
 

@@ -28,7 +28,7 @@ def skip_module_scans() -> None:
     Python scans all of ``sys.modules`` on every call and can find no module. MetaSchedule's
     context and its builder import ``tvm.s_tir.tensor_intrin``, whose TVMScript functions each
     take ``inspect.stack()`` inside an import: tens of thousands of such scans, most of a minute
-    per process (docs/build-and-test-time.md, Build time)."""
+    per process (docs/build-time.md)."""
     scan = inspect.getmodule
 
     def getmodule(obj, _filename=None):

@@ -47,7 +47,7 @@ def _placeholder_parameters(program) -> None:
     """Replaces the program's parameters by zeros of the same shapes, dtypes and strides, all
     views of one zero buffer per dtype. The import reads only their layout (weights stay
     function inputs) and the weights reach the libraries once per component, from the params
-    stage, instead of once per bucket (docs/build-and-test-time.md, Build time)."""
+    stage, instead of once per bucket (docs/build-time.md)."""
     import torch
 
     kind = torch.export.graph_signature.InputKind.PARAMETER
@@ -79,7 +79,7 @@ def type_hints_cached():
     """``typing.get_type_hints`` remembers its answers while the block runs. torch.export's
     deserializer asks it about the same few schema classes for every field of every node it
     reads (45,000 calls for a decoder archive, most of the load's time:
-    docs/build-and-test-time.md, Build time), and the classes do not change meanwhile."""
+    docs/build-time.md), and the classes do not change meanwhile."""
     original = typing.get_type_hints
     answers = {}
 
@@ -104,7 +104,7 @@ def keep_freed_memory() -> None:
     """glibc's malloc keeps freed memory for reuse in this process instead of handing it back
     to the system. PyTorch's passes free and reallocate activations of megabytes per layer;
     handed back, each came again as fresh pages that the kernel zeroes and maps one by one,
-    about half of a long decoder pass (docs/build-and-test-time.md, Build time). Blocks of any
+    about half of a long decoder pass (docs/build-time.md). Blocks of any
     size come from the heap, none from a mapping of its own. A no-op without glibc."""
     import ctypes
 

@@ -2,7 +2,7 @@
 its heavy modules imported (PyTorch and Kokoro; TVM), and each job's workflow script hands its
 command line to it; the server forks, and the child runs the script as its own process would,
 on the job's standard streams, working directory and environment. A job pays for its work, not
-for the imports every job repeats (docs/build-and-test-time.md, Build time).
+for the imports every job repeats (docs/build-time.md).
 
 A script runs in its own process whenever no server takes it: outside a build, on a cluster's
 nodes, under another Python (a conda environment), or while the server still starts.

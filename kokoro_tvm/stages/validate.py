@@ -18,7 +18,8 @@ def validate(component: str, lstm: str, bucket: int, library: PathLike, params: 
     ``mcpu`` with instruction-set extensions this CPU lacks) gets a report with ``status:
     skipped``, the reason, and ``passed: false``; the job succeeds and the manifest lists the
     library as unvalidated (the runtime refuses it)."""
-    from kokoro_tvm.compile.devices import cannot_run_reason, device_kind, library_precision
+    from kokoro_tvm.compile.devices import device_kind, library_precision
+    from kokoro_tvm.compile.runnable import cannot_run_reason
     from kokoro_tvm.measure.validate import ValidationFailed, load_reference, validate_component
 
     precision = library_precision(target_options, component, bucket)

@@ -1,4 +1,4 @@
-"""A throwaway one-node Slurm cluster on localhost, for tests (docs/build-and-test-time.md, Slurm).
+"""A throwaway one-node Slurm cluster on localhost, for tests (docs/cluster.md, The test cluster).
 
 Everything lives in one folder: the munge key and socket, slurm.conf, state and spool dirs, logs
 and PID files. The daemons run in the foreground as child processes of the caller and are
