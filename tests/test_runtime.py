@@ -231,3 +231,37 @@ def test_the_naive_allocator_gives_the_same_audio(built):
     naive = TvmEngine(model_folder(built), allocator="naive")
     for _ in range(2):
         np.testing.assert_array_equal(naive.synthesize(IDS, voice, SPEED, 3), pooled)
+
+
+def test_the_pool_holds_one_decoder_bucket_and_is_released_when_it_changes(real_built,
+                                                                             monkeypatch):
+    """With the pooled allocator, TVM's pool is released when the decoder's bucket changes (a
+    stream's lead, then its whole chunk), not between calls at the same bucket, and the audio
+    is the same bit for bit after a release (the chunk's device tensors outlive it); the naive
+    allocator never releases it. On the real-weight folder, whose decoder has two buckets."""
+    import kokoro_tvm.runtime.engine as engine_module
+
+    released = []
+    release = engine_module.release_pooled_memory
+    monkeypatch.setattr(engine_module, "release_pooled_memory",
+                        lambda: (released.append(True), release()))
+    folder = model_folder(real_built)
+    engine = TvmEngine(folder)
+    small, large = sorted(engine.components["decoder"].entries)[:2]
+    ids = list(range(16, 36))
+    voice = af_heart(real_built, ids)
+    frames = len(engine.prosody(ids, voice, 1.0, 0).frame_token)
+    prosody = engine.prosody(ids, voice, frames / ((small + large) / 2), 0)
+    assert small < len(prosody.frame_token) <= large
+    whole = engine.decode(prosody)
+    np.testing.assert_array_equal(engine.decode(prosody), whole)
+    assert len(released) == 1
+    lead = engine.decode(prosody, small)
+    assert len(released) == 2
+    np.testing.assert_array_equal(engine.decode(prosody), whole)
+    np.testing.assert_array_equal(engine.decode(prosody, small), lead)
+    assert len(released) == 4
+
+    naive = TvmEngine(folder, allocator="naive")
+    naive.decode(naive.prosody(ids, voice, 1.0, 0))
+    assert len(released) == 4

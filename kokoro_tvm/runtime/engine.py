@@ -41,7 +41,7 @@ from kokoro_tvm.facts import (
     STYLE_DIM,
 )
 from kokoro_tvm.runtime import cuda
-from kokoro_tvm.runtime.library import Library, Transfers, Weights
+from kokoro_tvm.runtime.library import Library, Transfers, Weights, release_pooled_memory
 from kokoro_tvm.runtime.model_folder import ModelFolder, ModelFolderError, build_command
 from kokoro_tvm.runtime.speech import ChunkTooLong
 
@@ -236,6 +236,8 @@ class TvmEngine:
                  noise: Noise | str | None = None, kernels: Sequence[Path] = (),
                  allocator: str = "pooled", max_frames: int | None = None):
         self.folder = folder if isinstance(folder, ModelFolder) else ModelFolder(folder)
+        self.allocator = allocator
+        self._pooled_bucket: int | None = None  # the decoder bucket the pool holds calls of
         self.transfers = Transfers()
         self.components = load_components(self.folder, lstm, kernels, allocator, max_frames,
                                           self.transfers)
@@ -379,6 +381,9 @@ class TvmEngine:
         frames = total if frames is None else min(frames, total)
         bucket = self.components["decoder"].fit(frames)
         library = self.components["decoder"].library(bucket)
+        if self.allocator == "pooled" and bucket != self._pooled_bucket:
+            release_pooled_memory()
+            self._pooled_bucket = bucket
         with self._stage("noise"):  # on the host: what f0n did not hide
             if prosody.noise is None:  # drawn by the library, on its device, whole bucket
                 noise = dict(zip(NOISE_INPUTS, library.on_device(

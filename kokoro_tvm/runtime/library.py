@@ -14,6 +14,7 @@ argument order is stored anywhere else.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import time
@@ -37,6 +38,23 @@ import tvm  # noqa: E402 - after the thread count is set
 from tvm.runtime.vm import VirtualMachine  # noqa: E402
 
 from kokoro_tvm.abi import TRANSFORM_SUFFIX  # noqa: E402
+
+
+_CLEAR_POOLS = "vm.builtin.memory_manager.clear"
+
+
+def release_pooled_memory() -> None:
+    """Returns what TVM's pooled allocators keep for later calls (their free blocks) and what
+    the C heap then holds free to the system. The pool keeps a block per size it has seen, so
+    a process that runs many buckets would otherwise hold every bucket's activations at once
+    (docs/memory.md)."""
+    tvm.get_global_func(_CLEAR_POOLS)()
+    trim = getattr(_LIBC, "malloc_trim", None)  # glibc's; freed blocks under its mmap threshold
+    if trim is not None:
+        trim(0)
+
+
+_LIBC = ctypes.CDLL(None)
 
 
 def parameter_names(vm: VirtualMachine, function: str) -> list[str]:
