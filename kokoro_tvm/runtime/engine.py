@@ -236,8 +236,7 @@ class TvmEngine:
                  noise: Noise | str | None = None, kernels: Sequence[Path] = (),
                  allocator: str = "pooled", max_frames: int | None = None):
         self.folder = folder if isinstance(folder, ModelFolder) else ModelFolder(folder)
-        self.allocator = allocator
-        self._pooled_bucket: int | None = None  # the decoder bucket the pool holds calls of
+        self._decoder_bucket: int | None = None  # the last decode's: the pool holds its calls
         self.transfers = Transfers()
         self.components = load_components(self.folder, lstm, kernels, allocator, max_frames,
                                           self.transfers)
@@ -381,9 +380,9 @@ class TvmEngine:
         frames = total if frames is None else min(frames, total)
         bucket = self.components["decoder"].fit(frames)
         library = self.components["decoder"].library(bucket)
-        if self.allocator == "pooled" and bucket != self._pooled_bucket:
+        if bucket != self._decoder_bucket:
             release_pooled_memory()
-            self._pooled_bucket = bucket
+            self._decoder_bucket = bucket
         with self._stage("noise"):  # on the host: what f0n did not hide
             if prosody.noise is None:  # drawn by the library, on its device, whole bucket
                 noise = dict(zip(NOISE_INPUTS, library.on_device(

@@ -39,8 +39,8 @@ from tvm.runtime.vm import VirtualMachine  # noqa: E402
 
 from kokoro_tvm.abi import TRANSFORM_SUFFIX  # noqa: E402
 
-
 _CLEAR_POOLS = "vm.builtin.memory_manager.clear"
+_LIBC = ctypes.CDLL(None)
 
 
 def release_pooled_memory() -> None:
@@ -52,9 +52,6 @@ def release_pooled_memory() -> None:
     trim = getattr(_LIBC, "malloc_trim", None)  # glibc's; freed blocks under its mmap threshold
     if trim is not None:
         trim(0)
-
-
-_LIBC = ctypes.CDLL(None)
 
 
 def parameter_names(vm: VirtualMachine, function: str) -> list[str]:
