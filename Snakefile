@@ -17,6 +17,7 @@ include: "rules/build.smk"
 include: "rules/validate.smk"
 include: "rules/manifest.smk"
 include: "rules/dist.smk"
+include: "rules/image.smk"
 include: "rules/bench.smk"
 include: "rules/report.smk"
 
@@ -25,6 +26,13 @@ rule all:
     default_target: True
     input:
         all_targets(),
+
+
+# The server's container image of each image.targets folder (docs/serving.md, Containers):
+# not part of `all`, since it needs a container engine.
+rule image:
+    input:
+        expand(paths.IMAGE, target=setting("image.targets")),
 
 
 # Benchmarks: not part of `all`; `snakemake bench_lstm` (or bench_components, bench_e2e, bench_serve) builds what they

@@ -6,6 +6,7 @@ loads, and a failed run leaves an existing output file as it was.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -183,6 +184,12 @@ def serve(args: argparse.Namespace) -> int:
     for name in ("max_chars", "max_queue", "timeout", "max_chunk_seconds"):
         if not getattr(args, name) > 0:
             raise UserError(f"--{name.replace('_', '-')} must be more than 0")
+    if not args.grace_period >= 0:
+        raise UserError("--grace-period must be 0 or more seconds")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise UserError("--threads must be 1 or more")
+        os.environ["TVM_NUM_THREADS"] = str(args.threads)  # read at the libraries' first call
     limits = Limits(max_chars=args.max_chars, max_queue=args.max_queue, timeout=args.timeout)
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port {args.port} is not a port number: give one from 0 to 65535")
@@ -193,7 +200,7 @@ def serve(args: argparse.Namespace) -> int:
                       max_frames=chunk_frames(args.max_chunk_seconds))
     print(f"kokoro-tvm: {folder.path} ready in {time.perf_counter() - started:.1f} s "
           f"({len(tts.voices)} voices, {args.engine} engine)", file=sys.stderr)
-    run_server(tts, args.host, args.port, limits, args.api_key)
+    run_server(tts, args.host, args.port, limits, args.api_key, args.grace_period)
     return 0
 
 
@@ -269,6 +276,13 @@ def parser() -> argparse.ArgumentParser:
                    help="longest audio decoded in one call (default %(default)s): longer "
                         "sentences are split at a clause or word boundary, so that no call "
                         "holds the engine (and its memory) long while others wait")
+    s.add_argument("--threads", type=int, default=None,
+                   help="threads the libraries run on (default: the cores this process may "
+                        "use, within a container's CPU limit)")
+    s.add_argument("--grace-period", type=float, default=25.0,
+                   help="seconds the requests in flight may take to finish after SIGTERM "
+                        "(default 25: within Kubernetes' 30 s before it kills); /health "
+                        "answers 503 meanwhile and new requests are refused")
     s.set_defaults(run=serve)
     v = commands.add_parser("voices", help="list the voices of a model folder: name, language, "
                                            "gender, and why any cannot be spoken here")

@@ -163,6 +163,19 @@ def _check_targets(config: dict[str, Any]) -> None:
         check_precision(target, config["target_options"][target])
 
 
+def _check_image(config: dict[str, Any]) -> None:
+    """An image holds a model folder the server runs on a Linux CPU: no GPU or cross-OS one."""
+    for i, target in enumerate(config.get("image", {}).get("targets", [])):
+        key = f"config key 'image.targets[{i}]'"
+        options = config["target_options"].get(target)
+        if options is None:
+            raise ConfigError(f"{key}: no target_options entry for '{target}'; defined: "
+                              f"{', '.join(sorted(config['target_options']))}")
+        if options["kind"] != "llvm" or "linux" not in options.get("mtriple", "linux"):
+            raise ConfigError(f"{key}: {target} is not a CPU target for Linux; an image runs "
+                              "the server on a Linux CPU (e.g. x86_64_v3)")
+
+
 def check_precision(target: str, options: dict[str, Any]) -> None:
     """int8 only where its kernels can be compiled: llvm targets whose CPU has VNNI. Checked at
     parse time for ``targets`` and, for a target asked for by path, when its jobs are planned:
@@ -196,4 +209,5 @@ def validate_config(config: dict[str, Any], base: str | Path = ".") -> dict[str,
     _check_weights(config, base)
     _check_voices(config, base)
     _check_targets(config)
+    _check_image(config)
     return config

@@ -2,7 +2,10 @@
 use, which of them this machine's CPU has, and so whether it can run a library's code."""
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 # Other spellings of the architectures a manifest names (its "architecture": Python's
@@ -91,3 +94,33 @@ def cannot_run_reason(architecture: str, cpu: dict[str, Any]) -> str | None:
         return (f"code for the CPU {cpu['mcpu']} may use {', '.join(lacking)}, which this "
                 "machine's CPU lacks")
     return None
+
+
+CGROUP = "/sys/fs/cgroup"
+
+
+def cgroup_cpu_quota(root: str | Path = CGROUP) -> float | None:
+    """The CPUs this process's cgroup may use a period (a container's --cpus, Kubernetes' CPU
+    limit), from cgroup v2's cpu.max or v1's CFS quota; None where it sets no quota."""
+    root = Path(root)
+    try:
+        quota, period = (root / "cpu.max").read_text().split()
+    except (OSError, ValueError):
+        try:
+            quota = (root / "cpu/cpu.cfs_quota_us").read_text().strip()
+            period = (root / "cpu/cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    if quota in ("max", "-1"):
+        return None
+    return int(quota) / int(period)
+
+
+def usable_cores(root: str | Path = CGROUP) -> int:
+    """The cores this process should compute on: those its affinity allows, fewer where its
+    cgroup's quota is smaller (rounded up): a container limited to 2 CPUs on a 64-core host
+    that ran 64 threads would spend its quota in a fraction of each period and wait."""
+    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+             else os.cpu_count() or 1)
+    quota = cgroup_cpu_quota(root)
+    return cores if quota is None else max(1, min(cores, math.ceil(quota)))

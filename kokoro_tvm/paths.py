@@ -50,6 +50,8 @@ LIBRARY_META = f"{RESULTS}/lib/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.met
 VALIDATION = f"{RESULTS}/validate/{{target}}/{{component}}/{{lstm}}/b{{bucket}}.json"
 MANIFEST = f"{RESULTS}/manifest/{{target}}.json"
 DIST = f"{RESULTS}/dist/{{target}}"
+# The server's container image with that folder, as `docker load` / `podman load` read it.
+IMAGE = f"{RESULTS}/image/{{target}}.tar"
 BENCH_LSTM = f"{RESULTS}/bench/lstm/{{target}}.json"
 BENCH_LSTM_PLOT = f"{RESULTS}/bench/lstm/{{target}}.png"
 BENCH_COMPONENTS = f"{RESULTS}/bench/components/{{target}}.json"

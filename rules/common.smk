@@ -48,6 +48,15 @@ def code_inputs(script_name, lstm=True, gpu=True):
     return list(code_files(Path(workflow.basedir), Path(script(script_name)), lstm, gpu))
 
 
+def runtime_code():
+    """What the runtime-only install holds of this checkout and runs: the modules `kokoro-tvm`
+    imports, directly or not, the server's page and the package's metadata (its
+    dependencies). An image is rebuilt when they change, not when only build code does."""
+    root = Path(workflow.basedir)
+    page = sorted(str(p) for p in (root / "kokoro_tvm/serve/page").iterdir())
+    return [*code_files(root, root / "kokoro_tvm/cli.py"), *page, str(root / "pyproject.toml")]
+
+
 def component_code(script_name):
     """``code_inputs`` for a rule with a component wildcard (and a target one, where it has)."""
 

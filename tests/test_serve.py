@@ -11,6 +11,7 @@ import functools
 import io
 import json
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -381,6 +382,57 @@ def test_api_key_and_a_full_queue(guarded):
     assert httpx.post(f"{guarded}/v1/audio/speech", headers=headers, timeout=60,
                       json=speech()).status_code == 200
 
+
+
+def test_sigterm_drains_a_stream_then_exits_0(folder, tts, tmp_path):
+    """SIGTERM during a stream (a container's stop, Kubernetes' rollout): /health answers 503
+    while the stream goes on, a new request gets 503 (shutting_down), the stream ends whole,
+    and the process exits 0 once it has."""
+    text = " ".join([PARAGRAPH] * 2)
+    with Server(folder, tmp_path / "server.log", "--grace-period", "120") as running:
+        with httpx.stream("POST", f"{running.url}/v1/audio/speech", timeout=120,
+                          json=speech(input=text, response_format="pcm")) as streamed:
+            parts = streamed.iter_bytes()
+            received = [next(parts)]
+            running.process.send_signal(signal.SIGTERM)
+            health = httpx.get(f"{running.url}/health")
+            assert health.status_code == 503 and health.json()["status"] == "draining"
+            refused = httpx.post(f"{running.url}/v1/audio/speech", json=speech())
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+            assert refused.json()["error"]["code"] == "shutting_down"
+            received += list(parts)  # a stream cut short raises here
+        assert running.process.wait(60) == 0
+    spoken = len(b"".join(received)) / 2
+    whole = len(tts.create(text, voice="af_heart").samples)
+    assert abs(spoken - whole) < 0.1 * whole, (spoken, whole)
+    assert "grace period" not in running.log.read_text()
+
+
+def test_the_grace_period_bounds_the_drain(folder, tmp_path):
+    """A stream longer than --grace-period is cut when it is over; the process still exits 0,
+    and a second signal stops a drain at once."""
+    text = " ".join([PARAGRAPH] * 8)  # minutes of speech
+    with Server(folder, tmp_path / "server.log", "--grace-period", "2") as running:
+        with httpx.stream("POST", f"{running.url}/v1/audio/speech", timeout=120,
+                          json=speech(input=text, response_format="pcm")) as streamed:
+            parts = streamed.iter_bytes()
+            next(parts)
+            signalled = time.monotonic()
+            running.process.send_signal(signal.SIGTERM)
+            with pytest.raises(httpx.RemoteProtocolError):
+                b"".join(parts)
+        assert running.process.wait(60) == 0
+        assert time.monotonic() - signalled < 20
+    assert "grace period of 2 s over: 1 request(s) still in flight are cut" in (
+        running.log.read_text())
+    with Server(folder, tmp_path / "twice.log", "--grace-period", "600") as running:
+        with httpx.stream("POST", f"{running.url}/v1/audio/speech", timeout=120,
+                          json=speech(input=text, response_format="pcm")) as streamed:
+            next(streamed.iter_bytes())
+            running.process.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            running.process.send_signal(signal.SIGTERM)
+            assert running.process.wait(30) == 0
 
 
 def captioned_words(timestamps: list[dict]) -> list[tuple[str, float, float]]:

@@ -24,12 +24,13 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from kokoro_tvm.cpu import usable_cores
+
 # TVM's thread pool defaults to the physical cores it infers as logical / 2, which is 1 on a
-# 2-core machine without SMT, where PyTorch uses both: libraries run on every core this process
-# may use unless TVM_NUM_THREADS says otherwise (read when the pool starts, on the first call).
-os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))
-                                             if hasattr(os, "sched_getaffinity")
-                                             else os.cpu_count() or 1))
+# 2-core machine without SMT, where PyTorch uses both, and ignores a container's CPU limit:
+# libraries run on every core this process may use (cpu.usable_cores) unless TVM_NUM_THREADS
+# says otherwise (read when the pool starts, on the first call).
+os.environ.setdefault("TVM_NUM_THREADS", str(usable_cores()))
 
 import tvm  # noqa: E402 - after the thread count is set
 

@@ -30,6 +30,7 @@ from kokoro_tvm.facts import SAMPLE_RATE
 from kokoro_tvm.runtime.kokoro import Kokoro
 from kokoro_tvm.runtime.speech import Chunk
 from kokoro_tvm.runtime.voices import describe_voice
+from kokoro_tvm.serve.drain import Drain, Draining
 from kokoro_tvm.serve.encoders import FORMATS, Encoder
 from kokoro_tvm.serve.metrics import ServerMetrics
 from kokoro_tvm.serve.scheduler import DeadlineExceeded, QueueFull, Scheduler
@@ -298,8 +299,11 @@ class Measured:
             self.metrics.latency.labels(label).observe(time.perf_counter() - started)
 
 
-def create_app(tts: Kokoro, limits: Limits = Limits(), api_key: str | None = None) -> Starlette:
-    """The app over ``tts``, whose libraries and G2Ps should be loaded already (serve.run)."""
+def create_app(tts: Kokoro, limits: Limits = Limits(), api_key: str | None = None,
+               drain: Drain | None = None) -> Starlette:
+    """The app over ``tts``, whose libraries and G2Ps should be loaded already (serve.run);
+    ``drain`` (drain.DrainingServer's) says when it stops taking requests."""
+    drain = drain or Drain(grace_period=0.0)
     metrics = ServerMetrics()
     service = SpeechService(tts, limits, metrics)
     voices = voice_list(tts.voices)
@@ -308,8 +312,10 @@ def create_app(tts: Kokoro, limits: Limits = Limits(), api_key: str | None = Non
         return JSONResponse({"voices": voices, "openai_voices": OPENAI_VOICES})
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ready", "target": tts.folder.target,
-                             "voices": len(tts.voices), "queue": len(service.scheduler)})
+        return JSONResponse({"status": "draining" if drain.draining else "ready",
+                             "target": tts.folder.target, "voices": len(tts.voices),
+                             "queue": len(service.scheduler)},
+                            status_code=503 if drain.draining else 200)
 
     page = (resources.files("kokoro_tvm.serve") / "page" / "index.html").read_bytes()
 
@@ -354,5 +360,9 @@ def create_app(tts: Kokoro, limits: Limits = Limits(), api_key: str | None = Non
 
     if api_key is not None:
         app.add_middleware(Authorised, api_key=api_key)
+    app.add_middleware(Draining, drain=drain, refusal=_error_response(APIError(
+        503, "the server is shutting down: retry (another replica, or this one once it has "
+             "restarted)", kind="server_error", code="shutting_down",
+        headers={"Retry-After": str(limits.retry_after)})))
     app.add_middleware(Measured, metrics=metrics)  # the outermost: it counts refusals too
     return app

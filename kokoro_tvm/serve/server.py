@@ -1,4 +1,5 @@
-"""``kokoro-tvm serve``: everything loaded first, then the port opened (uvicorn)."""
+"""``kokoro-tvm serve``: everything loaded first, then the port opened (uvicorn) until a
+signal's drain is over."""
 from __future__ import annotations
 
 import logging
@@ -8,6 +9,7 @@ from kokoro_tvm.runtime.kokoro import Kokoro
 from kokoro_tvm.runtime.model_folder import ModelFolder
 from kokoro_tvm.runtime.voices import describe_voice
 from kokoro_tvm.serve.app import Limits, create_app
+from kokoro_tvm.serve.drain import Drain, DrainingServer
 
 log = logging.getLogger("kokoro_tvm.serve")
 
@@ -32,8 +34,15 @@ def ready_model(folder: ModelFolder, engine=None, lstm: str | None = None,
     return tts
 
 
-def serve(tts: Kokoro, host: str, port: int, limits: Limits, api_key: str | None) -> None:
+def serve(tts: Kokoro, host: str, port: int, limits: Limits, api_key: str | None,
+          grace_period: float) -> None:
+    """Serves until a signal and the drain it starts (drain.py) are over."""
     import uvicorn
 
-    app = create_app(tts, limits, api_key)
-    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+    drain = Drain(grace_period)
+    app = create_app(tts, limits, api_key, drain)
+    # The drain has waited for the requests in flight: uvicorn's own wait is for the
+    # connections' last bytes.
+    config = uvicorn.Config(app, host=host, port=port, log_level="info",
+                            timeout_graceful_shutdown=1)
+    DrainingServer(config, drain).run()

@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from kokoro_tvm import paths
+from kokoro_tvm.atomic import atomic_path
+from kokoro_tvm.errors import UserError
+from kokoro_tvm.paths import PathLike
+
+# What the image installs: the runtime with the server, no build stack.
+REQUIREMENT = "kokoro-tvm[serve]"
+# The package's sources a wheel is built from (pyproject.toml names README.md as its readme).
+SOURCES = ("pyproject.toml", "README.md", "kokoro_tvm")
+# Pythons the package supports (pyproject.toml's requires-python).
+PYTHONS = ("3.10", "3.11", "3.12")
+# What the base's python3 reports: its version, C library and machine.
+_DESCRIBE_PYTHON = ("import json, platform, sys; print(json.dumps({'version': "
+                    "'%d.%d' % sys.version_info[:2], 'libc': platform.libc_ver(), "
+                    "'machine': platform.machine()}))")
+
+
+def _run(command: list[str], what: str, **kwargs) -> subprocess.CompletedProcess:
+    """``command``, its output passed on (the job's log); a failure names ``what`` failed."""
+    print("+", " ".join(command), flush=True)
+    done = subprocess.run(command, **kwargs)
+    if done.returncode != 0:
+        raise UserError(f"{what} failed (exit status {done.returncode}; the log above has "
+                        "its output)")
+    return done
+
+
+def base_python(engine: str, base: str, architecture: str) -> dict[str, Any]:
+    """The base image's python3: its version, C library and machine, checked against what the
+    package and the model folder need."""
+    done = _run([engine, "run", "--rm", "--network", "none", "--entrypoint", "python3", base,
+                 "-c", _DESCRIBE_PYTHON], f"running python3 in the base image {base}",
+                stdout=subprocess.PIPE, text=True)
+    python = json.loads(done.stdout.strip().splitlines()[-1])
+    if python["version"] not in PYTHONS:
+        raise UserError(f"the base image {base} has Python {python['version']}; kokoro-tvm "
+                        f"runs on {', '.join(PYTHONS)}: set image.base to one with such a "
+                        "python3 (e.g. python:3.12-slim)")
+    if python["libc"][0] != "glibc" or python["machine"] != architecture:
+        raise UserError(f"the base image {base} is {python['machine']} with "
+                        f"{python['libc'][0] or 'no glibc'}; the model folder's libraries need "
+                        f"{architecture} with glibc: set image.base to such an image")
+    return python
+
+
+def wheel_platforms(libc_version: str, machine: str) -> list[str]:
+    """pip's platform tags of the wheels a glibc ``libc_version`` on ``machine`` runs, newest
+    first (manylinux_2_17 is manylinux2014)."""
+    major, minor = map(int, libc_version.split(".")[:2])
+    assert major == 2, libc_version
+    return ([f"manylinux_2_{m}_{machine}" for m in range(minor, 16, -1)]
+            + [f"manylinux2014_{machine}", f"linux_{machine}"])
+
+
+def gather_wheels(source: Path, dest: Path, python: dict[str, Any]) -> None:
+    """Into ``dest``: this package's wheel and every wheel REQUIREMENT needs, for the base's
+    Python, at the versions installed here (what the suite ran), so that the image installs
+    without an index. Packages published only as source are built into wheels here first:
+    they are pure Python (a compiled one fails the download, named)."""
+    work = dest.parent
+    pip = [sys.executable, "-m", "pip"]
+    tree = work / "source"  # a copy: a build in the checkout would write into it
+    tree.mkdir()
+    for name in SOURCES:
+        if (source / name).is_dir():
+            shutil.copytree(source / name, tree / name,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copyfile(source / name, tree / name)
+    _run([*pip, "wheel", "--no-deps", "--wheel-dir", str(dest), str(tree)],
+         "building kokoro-tvm's wheel")
+    (package,) = dest.glob("kokoro_tvm-*.whl")
+    requirement = f"{package}{REQUIREMENT.removeprefix('kokoro-tvm')}"
+    frozen = _run([*pip, "freeze", "--exclude-editable"], "listing the installed versions",
+                  stdout=subprocess.PIPE, text=True).stdout
+    constraints = work / "constraints.txt"
+    constraints.write_text("".join(line + "\n" for line in frozen.splitlines()
+                                   if "==" in line and not line.startswith("kokoro-tvm")))
+    built = work / "built"
+    _run([*pip, "wheel", "--wheel-dir", str(built), "-c", str(constraints), requirement],
+         "building the wheels of packages published as source")
+    cp = "cp" + python["version"].replace(".", "")
+    platforms = wheel_platforms(python["libc"][1], python["machine"])
+    _run([*pip, "download", "--dest", str(dest), "--find-links", str(built),
+          "--only-binary=:all:", "--python-version", python["version"],
+          "--implementation", "cp", "--abi", cp, "--abi", "abi3", "--abi", "none",
+          *[f"--platform={tag}" for tag in platforms], "-c", str(constraints), requirement],
+         f"fetching the wheels for Python {python['version']} on {python['machine']}")
+
+
+def _link_tree(folder: Path, dest: Path) -> None:
+    """``folder`` at ``dest``, hard-linked where the filesystem allows (no 400 MB copy)."""
+    def link(src, dst):
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+    shutil.copytree(folder, dest, copy_function=link)
+
+
+def _git(source: Path, *command: str) -> str:
+    """What git says of the checkout at ``source`` (its commit, its remote), or "unknown"."""
+    done = subprocess.run(["git", "-C", str(source), *command], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True)
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"
+
+
+def build_image(folder: PathLike, containerfile: PathLike, source: PathLike, out: PathLike,
+                base: str, builder: str, name: str) -> dict[str, Any]:
+    """The server's container image for a model folder (results/dist/{target}), saved as a
+    docker-archive that `podman load` and `docker load` read, tagged {name}:{version}-{target}.
+
+    The image is ``containerfile`` built FROM ``base`` with ``builder`` (podman or docker):
+    the runtime-only install of kokoro-tvm[serve] from the package's ``source`` folder (no
+    PyTorch, no compiler), the model folder, a non-root user and `kokoro-tvm serve` on port
+    8880. Its wheels are gathered here, for the base's Python and at the versions installed
+    here, and installed without an index: the build needs no network beyond the base image.
+    Saved beside ``out`` and renamed into place."""
+    folder, source, out = Path(folder), Path(source), Path(out)
+    engine = shutil.which(builder)
+    if engine is None:
+        raise UserError(f"image.builder is {builder}, which is not installed here: install it "
+                        "(Debian: apt-get install podman) or set image.builder to docker")
+    manifest = json.loads((folder / paths.MODEL_MANIFEST).read_text())
+    python = base_python(engine, base, manifest["architecture"])
+    tag = f"{name}:{version('kokoro-tvm')}-{manifest['target']}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.stem}.context.") as work:
+        context = Path(work) / "context"
+        context.mkdir()
+        gather_wheels(source, context / "wheels", python)
+        _link_tree(folder, context / "model")
+        labels = {"VERSION": version("kokoro-tvm"), "REVISION": _git(source, "rev-parse", "HEAD"),
+                  "SOURCE": _git(source, "remote", "get-url", "origin"),
+                  "TARGET": manifest["target"], "CPU": manifest["cpu"]["mcpu"] or "generic"}
+        _run([engine, "build", *(["--format", "docker"] if builder == "podman" else []),
+              "--file", str(Path(containerfile).resolve()), "--build-arg", f"BASE={base}",
+              *[f"--build-arg={key}={value}" for key, value in labels.items()],
+              "--tag", tag, str(context)], f"building the image {tag}")
+    with atomic_path(out) as tmp:
+        tmp.unlink()  # the engine writes the archive itself
+        _run([engine, "save", *(["--format", "docker-archive"] if builder == "podman" else []),
+              "--output", str(tmp), tag], f"saving the image {tag}")
+    return {"image": tag, "python": python["version"], **labels}
