@@ -213,7 +213,9 @@ def real_assets(tmp_path_factory) -> Path:
                           "results/assets/voices/am_adam.npy", configfiles=())
 
 
-WORKFLOW_PARTS = ("Snakefile", "config.yaml", "rules", "workflow_scripts", "envs", "kokoro_tvm")
+# With the package's metadata and the deploy/ files, which the image stage builds from.
+WORKFLOW_PARTS = ("Snakefile", "config.yaml", "rules", "workflow_scripts", "envs", "kokoro_tvm",
+                  "deploy", "pyproject.toml", "README.md")
 
 
 def copy_workflow(dest: Path, parts=WORKFLOW_PARTS) -> Path:

@@ -43,6 +43,9 @@ BAD_CONFIGS = {
         "kind": "cuda", "arch": "sm_90", "precision": "int8"}}}, "target_options.cuda.precision"),
     "misspelt target option": ({"target_options": {"llvm": {
         "kind": "llvm", "mcpu": "host", "precison": "int8"}}}, "target_options.llvm"),
+    "image of a GPU folder": ({"image": {"targets": ["cuda"]}}, "image.targets[0]"),
+    "image of an unknown target": ({"image": {"targets": ["x86_64_v9"]}}, "image.targets[0]"),
+    "unknown image builder": ({"image": {"builder": "kaniko"}}, "image.builder"),
     "token bucket past Kokoro's context": ({"buckets": {"bert": [64, 513]}}, "buckets.bert[1]"),
     "frames of another size": ({"weights": {"source": "random", "random_model": {
         "istftnet": {"upsample_rates": [8, 6]}}}, "voices": {"source": "random"}},

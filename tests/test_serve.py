@@ -397,6 +397,7 @@ def test_sigterm_drains_a_stream_then_exits_0(folder, tts, tmp_path):
             running.process.send_signal(signal.SIGTERM)
             health = httpx.get(f"{running.url}/health")
             assert health.status_code == 503 and health.json()["status"] == "draining"
+            assert httpx.get(f"{running.url}/metrics").status_code == 200  # liveness
             refused = httpx.post(f"{running.url}/v1/audio/speech", json=speech())
             assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
             assert refused.json()["error"]["code"] == "shutting_down"

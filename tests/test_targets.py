@@ -287,3 +287,20 @@ def test_aarch64_library_runs_under_emulation_and_matches_pytorch(other_built, a
             metrics = spectral_metrics(chained[out_name], ref[out_name],
                                        np.stack([probe[out_name].numpy() for probe in probes]))
             assert all(m["passed"] for m in metrics.values() if "passed" in m), metrics
+
+
+@pytest.mark.parametrize("files, cores", [
+    ({"cpu.max": "150000 100000\n"}, 2),  # cgroup v2, 1.5 CPUs: rounded up
+    ({"cpu.max": "max 100000\n"}, None),  # v2 without a quota
+    ({"cpu/cpu.cfs_quota_us": "100000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1),  # v1
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({}, None),  # no cgroup file system
+])
+def test_threads_stay_within_a_containers_cpu_quota(tmp_path, monkeypatch, files, cores):
+    """A container limited to fewer CPUs than the host has runs that many threads (rounded
+    up); without a quota, every core its affinity allows."""
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(cpu.os, "sched_getaffinity", lambda pid: set(range(64)))
+    assert cpu.usable_cores(tmp_path) == (64 if cores is None else cores)
