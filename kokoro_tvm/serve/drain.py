@@ -13,7 +13,8 @@ import time
 
 import uvicorn
 
-log = logging.getLogger("kokoro_tvm.serve")
+# uvicorn's server log, which it configures to show at info: the drain is part of its stop.
+log = logging.getLogger("uvicorn.error")
 
 # Paths that answer while draining: probes and scrapers (/health says it drains).
 PROBES = ("/health", "/metrics")

@@ -64,12 +64,12 @@ def wheel_platforms(libc_version: str, machine: str) -> list[str]:
             + [f"manylinux2014_{machine}", f"linux_{machine}"])
 
 
-def gather_wheels(source: Path, dest: Path, python: dict[str, Any]) -> None:
+def gather_wheels(source: Path, dest: Path, python: dict[str, Any], work: Path) -> None:
     """Into ``dest``: this package's wheel and every wheel REQUIREMENT needs, for the base's
     Python, at the versions installed here (what the suite ran), so that the image installs
     without an index. Packages published only as source are built into wheels here first:
-    they are pure Python (a compiled one fails the download, named)."""
-    work = dest.parent
+    they are pure Python (a compiled one fails the download, named). ``work`` holds what is
+    made on the way (outside the build's context, which the engine reads whole)."""
     pip = [sys.executable, "-m", "pip"]
     tree = work / "source"  # a copy: a build in the checkout would write into it
     tree.mkdir()
@@ -140,7 +140,7 @@ def build_image(folder: PathLike, containerfile: PathLike, source: PathLike, out
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.stem}.context.") as work:
         context = Path(work) / "context"
         context.mkdir()
-        gather_wheels(source, context / "wheels", python)
+        gather_wheels(source, context / "wheels", python, Path(work))
         _link_tree(folder, context / "model")
         labels = {"VERSION": version("kokoro-tvm"), "REVISION": _git(source, "rev-parse", "HEAD"),
                   "SOURCE": _git(source, "remote", "get-url", "origin"),
