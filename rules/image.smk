@@ -5,13 +5,14 @@ rule image_target:
     input:
         folder=rules.dist.output.folder,
         containerfile=f"{workflow.basedir}/deploy/Containerfile",
+        pyproject=f"{workflow.basedir}/pyproject.toml",
         runtime=runtime_code(),
         code=code_inputs("image.py"),
         script=script("image.py"),
     output:
         archive=paths.IMAGE,
     params:
-        source=workflow.basedir,
+        source=lambda wildcards, input: os.path.dirname(input.pyproject),
         base=setting("image.base"),
         builder=setting("image.builder"),
         name=setting("image.name"),

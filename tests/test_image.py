@@ -119,6 +119,21 @@ def image(real_built, workflow, image_config) -> str:
     podman("rmi", "--force", name, check=False)
 
 
+def wait_for_health(url: str, seconds: float, alive=lambda: None) -> None:
+    """Until ``url``/health answers 200, for at most ``seconds``; ``alive`` fails the wait
+    early (a container that stopped)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        alive()
+        assert time.monotonic() < deadline, f"{url} never answered /health"
+        time.sleep(0.25)
+
+
 class Container:
     """The image run detached, its port published on loopback, until /health answers."""
 
@@ -129,17 +144,12 @@ class Container:
         self.id = podman("run", "--detach", "--read-only", "--tmpfs", "/tmp",
                          "--publish", f"127.0.0.1:{self.port}:8880", *options,
                          image).stdout.strip()
-        while True:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            state = podman("inspect", "--format", "{{.State.Status}}", self.id).stdout.strip()
-            assert state == "running", f"the container stopped:\n{self.logs()}"
-            assert time.monotonic() - started < start_seconds, f"no /health:\n{self.logs()}"
-            time.sleep(0.25)
+        wait_for_health(self.url, start_seconds, self._running)
         self.ready_seconds = time.monotonic() - started
+
+    def _running(self) -> None:
+        state = podman("inspect", "--format", "{{.State.Status}}", self.id).stdout.strip()
+        assert state == "running", f"the container stopped:\n{self.logs()}"
 
     def logs(self) -> str:
         done = podman("logs", self.id, check=False)
@@ -238,15 +248,7 @@ def test_compose_serves_the_image_from_a_named_volume(image, tmp_path):
     up = subprocess.run([*compose, "up", "--detach"], env=env, capture_output=True, text=True)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "compose's server never answered /health"
-            time.sleep(0.5)
+        wait_for_health(f"http://127.0.0.1:{port}", 300)
         wav = tmp_path / "hello.wav"
         subprocess.run(["curl", "--silent", "--fail", "--output", str(wav),
                         f"http://127.0.0.1:{port}/v1/audio/speech", "-H",
