@@ -10,6 +10,7 @@ ulimits. podman and mmdebstrap are installed with apt where missing (root).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -79,20 +80,23 @@ def engine(tmp_path_factory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def base(engine, tmp_path_factory) -> str:
-    """BASE in the suite's storage, made once with mmdebstrap (the archive kept in CACHE)."""
+    """BASE in the suite's storage, made once with mmdebstrap (the archive kept in CACHE, under
+    a name that changes with the command that makes it)."""
+    command = ["mmdebstrap", "--variant=minbase", "--format=tar", "--include=python3,python3-venv",
+               *[f"--dpkgopt=path-exclude=/usr/share/{part}/*"
+                 for part in ("doc", "man", "info", "locale")], SUITE]
+    key = hashlib.sha256(" ".join(command).encode()).hexdigest()[:12]
+    name = f"{BASE}-{key}"
+
     def make(_) -> str:
-        if podman("image", "exists", BASE, check=False).returncode != 0:
-            archive = CACHE / f"{SUITE}-python3.tar"
+        if podman("image", "exists", name, check=False).returncode != 0:
+            archive = CACHE / f"{SUITE}-python3-{key}.tar"
             if not archive.exists():
                 partial = archive.with_suffix(".partial")
-                subprocess.run(
-                    ["mmdebstrap", "--variant=minbase", "--include=python3,python3-venv",
-                     *[f"--dpkgopt=path-exclude=/usr/share/{part}/*"
-                       for part in ("doc", "man", "info", "locale")],
-                     SUITE, str(partial)], check=True, capture_output=True)
+                subprocess.run([*command, str(partial)], check=True, capture_output=True)
                 partial.rename(archive)
-            podman("import", str(archive), BASE)
-        return BASE
+            podman("import", str(archive), name)
+        return name
 
     return once(tmp_path_factory, "container_base", make)
 

@@ -174,6 +174,21 @@ def test_validation_skips_an_mcpu_with_extensions_this_cpu_lacks(monkeypatch, tm
     assert json.loads((tmp_path / "b16.json").read_text()) == report
 
 
+def test_the_portable_x86_targets_differ_by_avx512_and_a_v3_cpu_is_refused_v4(monkeypatch):
+    """config.yaml's portable floors: x86_64_v4 is x86_64_v3 plus AVX-512 F/BW/CD/DQ/VL
+    (docs/serving.md, The CPU floor), so a CPU with v3's extensions alone runs a v3 folder's
+    code and is refused v4's, naming the AVX-512 it lacks."""
+    options = yaml.safe_load((REPO / "config.yaml").read_text())["target_options"]
+    v3, v4 = (set(cpu_of(options[name])["extensions"]) for name in ("x86_64_v3", "x86_64_v4"))
+    assert v4 - v3 == {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+    assert v3 < v4 and {"avx2", "fma"} <= v3
+    monkeypatch.setattr(cpu, "host_cpu_extensions", lambda: v3)
+    assert cannot_run_reason(options["x86_64_v3"]) is None
+    assert cannot_run_reason(options["x86_64_v4"]) == (
+        "code for the CPU x86-64-v4 may use avx512bw, avx512cd, avx512dq, avx512f, avx512vl, "
+        "which this machine's CPU lacks")
+
+
 # CPUs with more extensions than most: the first this machine's CPU falls short of is the one
 # the planning test pins.
 NEWER_CPUS = ("sapphirerapids", "icelake-server", "znver4")
