@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from conftest import REPO, apt_lock, dry_run, model_folder, once, real_build_config, run_workflow
+from conftest import BIN, REPO, apt_lock, dry_run, model_folder, once, real_build_config, run_workflow
 from test_serve_parts import decode
 
 from kokoro_tvm import paths
@@ -175,14 +175,17 @@ def test_the_image_is_labelled_and_runs_as_a_user(real_built, image, container):
     """OCI labels name the version, the target and its CPU; the health check and the stop
     signal are the image's; the server runs as user 10001, not root, on a root filesystem it
     cannot write."""
-    config = json.loads(podman("image", "inspect", image).stdout)[0]["Config"]
+    inspected = json.loads(podman("image", "inspect", image).stdout)[0]
+    config = inspected["Config"]
     labels = config["Labels"]
     manifest = json.loads((model_folder(real_built) / paths.MODEL_MANIFEST).read_text())
     assert labels["org.opencontainers.image.version"] == "0.1.0"
     assert labels["io.kokoro-tvm.target"] == "llvm"
     assert labels["io.kokoro-tvm.cpu"] == manifest["cpu"]["mcpu"]
     assert config["User"] == f"{USER}:{USER}" and config["ExposedPorts"] == {"8880/tcp": {}}
-    assert "/health" in " ".join(config["Healthcheck"]["Test"])
+    # podman 4 reports the health check beside the config, docker and podman 5 inside it
+    health_check = inspected.get("Healthcheck") or config["Healthcheck"]
+    assert "/health" in " ".join(health_check["Test"])
     assert config["StopSignal"] == "SIGTERM"
     assert podman("exec", container.id, "id", "-u").stdout.strip() == USER
     whoami = podman("top", container.id, "huser", "args").stdout
@@ -192,9 +195,9 @@ def test_the_image_is_labelled_and_runs_as_a_user(real_built, image, container):
 
 
 def test_openai_sdk_speaks_with_the_image(real_built, container):
-    """The `openai` SDK against the container: a wav whose samples are those the `Kokoro` API
-    gives here for the same request (the same libraries and weights), and a streamed mp3 of
-    the same length."""
+    """The `openai` SDK against the container: a wav whose samples are those the `Kokoro` API's
+    stream gives here for the same request (the server streams by default; the same libraries
+    and weights), and a streamed mp3 of the same length."""
     import openai
 
     client = openai.OpenAI(base_url=f"{container.url}/v1", api_key="unused", max_retries=0)
@@ -202,7 +205,8 @@ def test_openai_sdk_speaks_with_the_image(real_built, container):
                                      response_format="wav").content
     got, rate = decode(wav, "wav")
     assert rate == SAMPLE_RATE
-    want = Kokoro(model_folder(real_built)).create(TEXT, voice="af_heart").samples
+    want = np.concatenate([chunk.samples for chunk in
+                           Kokoro(model_folder(real_built)).stream(TEXT, voice="af_heart")])
     assert len(got) == len(want)
     assert np.abs(np.round(got * 32767) - np.round(np.clip(want, -1, 1) * 32767)).max() <= 1
     with client.audio.speech.with_streaming_response.create(
@@ -247,7 +251,7 @@ def test_compose_serves_the_image_from_a_named_volume(image, tmp_path):
     (filled from the image), its port published, a request answered; `down -v` removes it."""
     port = free_port()
     env = {**os.environ, "KOKORO_IMAGE": image, "KOKORO_PORT": f"127.0.0.1:{port}"}
-    compose = [shutil.which("podman-compose") or "podman-compose", "--project-name",
+    compose = [str(BIN / "podman-compose"), "--project-name",
                f"kokoro-test-{port}", "--file", str(REPO / "deploy/compose.yaml")]
     up = subprocess.run([*compose, "up", "--detach"], env=env, capture_output=True, text=True)
     try:
@@ -272,7 +276,7 @@ def test_compose_serves_the_image_from_a_named_volume(image, tmp_path):
 
 
 def kubernetes_validate(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([shutil.which("kubernetes-validate") or "kubernetes-validate",
+    return subprocess.run([str(BIN / "kubernetes-validate"),
                            "--strict", str(path)], capture_output=True, text=True)
 
 
