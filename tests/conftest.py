@@ -6,6 +6,7 @@ session fixtures that build or install are made once for both (``once``).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,7 +14,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,22 @@ def workflow_lock(workflow: Path) -> FileLock:
     """Held by a test that edits the shared workflow copy (tests/test_pipeline.py) and by the
     session's builds with it, so that no build in the other worker reads an edit."""
     return FileLock(workflow.with_name(f"{workflow.name}.edits.lock"))
+
+
+@contextlib.contextmanager
+def edited(workflow: Path, name: str) -> Iterator[None]:
+    """The workflow copy's file ``name`` with a line appended (an edit, not a touch: Snakemake
+    compares checksums of small inputs), restored afterwards with its timestamps; no build of
+    the other worker runs meanwhile (``workflow_lock``)."""
+    path = workflow / name
+    with workflow_lock(workflow):
+        original, stat = path.read_text(), path.stat()
+        path.write_text(original + "\n# an edit\n")
+        try:
+            yield
+        finally:
+            path.write_text(original)
+            os.utime(path, (stat.st_atime, stat.st_mtime))
 
 
 def run_workflow(workdir: Path, workflow: Path, *args: str, **kwargs) -> None:

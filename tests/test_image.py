@@ -22,7 +22,17 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from conftest import BIN, REPO, apt_lock, dry_run, model_folder, once, real_build_config, run_workflow
+from conftest import (
+    BIN,
+    REPO,
+    apt_lock,
+    dry_run,
+    edited,
+    model_folder,
+    once,
+    real_build_config,
+    run_workflow,
+)
 from test_serve_parts import decode
 
 from kokoro_tvm import paths
@@ -242,8 +252,25 @@ def test_sigterm_during_a_stream_ends_it_whole_and_exits_0(image):
 
 
 def test_a_second_snakemake_image_does_nothing(real_built, workflow, image, image_config):
-    assert dry_run(real_built, "image", *real_build_config(), *image_config,
-                   snakefile=workflow / "Snakefile", configfiles=()) == []
+    assert image_jobs(real_built, workflow, image_config) == []
+
+
+def image_jobs(real_built: Path, workflow: Path, image_config: list[str]) -> list[str]:
+    """The rules a dry run of `snakemake image` in the real build would run."""
+    return [job["rule"] for job in dry_run(real_built, "image", *real_build_config(),
+                                           *image_config, snakefile=workflow / "Snakefile",
+                                           configfiles=()) if job["rule"] != "image"]
+
+
+def test_a_runtime_edit_rebuilds_the_image_and_a_build_edit_does_not(real_built, workflow, image,
+                                                                     image_config):
+    """The image holds the runtime-only install: an edit of the engine rebuilds it alone (the
+    model folder is current); an edit of build-only code (the GPU LSTM kernel) changes neither
+    the CPU folder nor the image."""
+    with edited(workflow, "kokoro_tvm/runtime/engine.py"):
+        assert image_jobs(real_built, workflow, image_config) == ["image_target"]
+    with edited(workflow, "kokoro_tvm/compile/gpu/lstm.py"):
+        assert image_jobs(real_built, workflow, image_config) == []
 
 
 def test_compose_serves_the_image_from_a_named_volume(image, tmp_path):

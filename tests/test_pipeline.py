@@ -7,7 +7,6 @@ dry run.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -18,12 +17,11 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Iterator
 
 import conftest
 import numpy as np
 import yaml
-from conftest import REPO, TINY, run_snakemake, workflow_lock
+from conftest import REPO, TINY, edited, run_snakemake, workflow_lock
 
 from kokoro_tvm import paths
 from kokoro_tvm.atomic import sha256_file
@@ -109,22 +107,6 @@ def test_libraries_hold_code_not_weights(built):
 
 def test_second_run_has_nothing_to_do(built, workflow):
     assert dry_run(built, workflow, "all") == []
-
-
-@contextlib.contextmanager
-def edited(workflow: Path, name: str) -> Iterator[None]:
-    """The workflow copy's file ``name`` with a line appended (an edit, not a touch: Snakemake
-    compares checksums of small inputs), restored afterwards with its timestamps; no build of
-    the other worker runs meanwhile (``workflow_lock``)."""
-    path = workflow / name
-    with workflow_lock(workflow):
-        original, stat = path.read_text(), path.stat()
-        path.write_text(original + "\n# an edit\n")
-        try:
-            yield
-        finally:
-            path.write_text(original)
-            os.utime(path, (stat.st_atime, stat.st_mtime))
 
 
 def test_touching_every_file_of_the_checkout_rebuilds_nothing(built, workflow):

@@ -15,7 +15,7 @@ from kokoro_tvm.facts import SAMPLES_PER_FRAME
 from kokoro_tvm.measure import bench_folders
 from kokoro_tvm.measure.metrics import snr_db
 from kokoro_tvm.model.reference import TorchEngine
-from kokoro_tvm.runtime.engine import LIBRARY_NOISE, TvmEngine
+from kokoro_tvm.runtime.engine import LIBRARY_NOISE, TvmEngine, buckets_within
 from kokoro_tvm.runtime.library import Library, Weights
 from kokoro_tvm.runtime.model_folder import ModelFolder, ModelFolderError
 from kokoro_tvm.runtime.voices import style_for
@@ -133,6 +133,17 @@ def test_equal_prepared_weights_are_kept_once(built):
     assert not all(equal for _, equal in pairs)  # so unequal ones were seen not to be shared
     alone = Library(libraries[0], Weights(params)).prepared("body")
     assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(first, alone))
+
+
+def test_a_frame_bound_keeps_the_buckets_up_to_the_first_that_holds_it():
+    """A folder's frame buckets under ``max_frames``: a bound between two buckets keeps the
+    larger (coarse buckets lose none a chunk of that length needs); one past the largest keeps
+    all; one below the smallest keeps the smallest."""
+    buckets = [256, 32, 64, 160]
+    assert buckets_within(buckets, 160) == [32, 64, 160]
+    assert buckets_within(buckets, 100) == [32, 64, 160]
+    assert buckets_within(buckets, 2000) == [32, 64, 160, 256]
+    assert buckets_within(buckets, 10) == [32]
 
 
 def test_missing_model_folder_says_how_to_build(tmp_path):
@@ -267,3 +278,4 @@ def test_the_pool_holds_one_decoder_bucket_and_is_released_when_it_changes(real_
     for _ in range(2):
         naive.decode(prosody)
     assert len(released) == 5
+

@@ -18,7 +18,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -114,12 +114,21 @@ def _device(folder: ModelFolder, kernels: Sequence[Path]):
     return cuda.device(device_kind(folder), kernels)
 
 
+def buckets_within(buckets: Iterable[int], max_frames: int) -> list[int]:
+    """The frame buckets a bound of ``max_frames`` keeps: those up to the first bucket that holds
+    ``max_frames`` (the largest, where none does), so that a folder with coarse buckets loses
+    none it needs to decode chunks of that length."""
+    ordered = sorted(buckets)
+    bound = next((bucket for bucket in ordered if bucket >= max_frames), ordered[-1])
+    return [bucket for bucket in ordered if bucket <= bound]
+
+
 def load_components(folder: ModelFolder, lstm: str | None, kernels: Sequence[Path] = (),
                     allocator: str = "pooled", max_frames: int | None = None,
                     transfers: Transfers | None = None) -> dict[str, Buckets]:
     """Each component's buckets, with the LSTM lowering ``lstm`` where built, else the fastest;
-    of the components whose buckets count frames, only those up to ``max_frames`` (and at least
-    the smallest) where given; their copies counted in ``transfers``."""
+    of the components whose buckets count frames, only those ``buckets_within`` ``max_frames``
+    where given; their copies counted in ``transfers``."""
     transfers = transfers or Transfers()
     if not folder.libraries:
         left_out = folder.manifest["left_out"]
@@ -146,8 +155,8 @@ def load_components(folder: ModelFolder, lstm: str | None, kernels: Sequence[Pat
             sorted(methods)[0])
         chosen = methods[choice]
         if max_frames is not None and COMPONENTS[component].axis == "frames":
-            chosen = {bucket: entry for bucket, entry in chosen.items()
-                      if bucket <= max(max_frames, min(chosen))}
+            kept = buckets_within(chosen, max_frames)
+            chosen = {bucket: entry for bucket, entry in chosen.items() if bucket in kept}
         params = folder.file(next(iter(chosen.values()))["params"])
         components[component] = Buckets(component, chosen, folder, Weights(params, device),
                                          allocator, transfers)
@@ -227,9 +236,9 @@ class TvmEngine:
     libraries' calls: "pooled" keeps every bucket's activations once it has run (the fastest
     for one utterance at a time), "naive" frees them after each call, so that a process that
     runs every bucket (a server) holds the largest call's activations, not the sum of all
-    (docs/serving.md, Memory). ``max_frames`` leaves out the frame buckets above it: longer
-    chunks are split (speech.py halves them at a clause or word boundary), which bounds each
-    call's time and memory.
+    (docs/serving.md, Memory). ``max_frames`` leaves out the frame buckets above the first that
+    holds it (``buckets_within``): longer chunks are split (speech.py halves them at a clause or
+    word boundary), which bounds each call's time and memory.
     """
 
     def __init__(self, folder: ModelFolder | str | Path, *, lstm: str | None = None,
