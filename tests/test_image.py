@@ -251,15 +251,15 @@ def test_sigterm_during_a_stream_ends_it_whole_and_exits_0(image):
         running.remove()
 
 
-def test_a_second_snakemake_image_does_nothing(real_built, workflow, image, image_config):
-    assert image_jobs(real_built, workflow, image_config) == []
-
-
 def image_jobs(real_built: Path, workflow: Path, image_config: list[str]) -> list[str]:
     """The rules a dry run of `snakemake image` in the real build would run."""
     return [job["rule"] for job in dry_run(real_built, "image", *real_build_config(),
                                            *image_config, snakefile=workflow / "Snakefile",
                                            configfiles=()) if job["rule"] != "image"]
+
+
+def test_a_second_snakemake_image_does_nothing(real_built, workflow, image, image_config):
+    assert image_jobs(real_built, workflow, image_config) == []
 
 
 def test_a_runtime_edit_rebuilds_the_image_and_a_build_edit_does_not(real_built, workflow, image,

@@ -278,4 +278,3 @@ def test_the_pool_holds_one_decoder_bucket_and_is_released_when_it_changes(real_
     for _ in range(2):
         naive.decode(prosody)
     assert len(released) == 5
-

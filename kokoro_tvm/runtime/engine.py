@@ -155,8 +155,7 @@ def load_components(folder: ModelFolder, lstm: str | None, kernels: Sequence[Pat
             sorted(methods)[0])
         chosen = methods[choice]
         if max_frames is not None and COMPONENTS[component].axis == "frames":
-            kept = buckets_within(chosen, max_frames)
-            chosen = {bucket: entry for bucket, entry in chosen.items() if bucket in kept}
+            chosen = {bucket: chosen[bucket] for bucket in buckets_within(chosen, max_frames)}
         params = folder.file(next(iter(chosen.values()))["params"])
         components[component] = Buckets(component, chosen, folder, Weights(params, device),
                                          allocator, transfers)
