@@ -26,6 +26,18 @@ def host_machine() -> str:
     return machine_name(platform.machine())
 
 
+# Operating systems as manifests name them, from Python's sys.platform.
+_SYSTEMS = {"darwin": "macos", "linux": "linux", "win32": "windows"}
+SYSTEM_NAMES = {"macos": "macOS", "linux": "Linux", "windows": "Windows"}
+
+
+def host_system() -> str:
+    """This machine's operating system as manifests name it (linux, macos)."""
+    import sys
+
+    return _SYSTEMS.get(sys.platform, sys.platform)
+
+
 # The instruction-set extensions code generation may use for what the libraries compute
 # (float32, int8 and int32 arithmetic, int64 indices), per architecture: LLVM's name (what a
 # target's mcpu implies) -> Linux's in /proc/cpuinfo ("flags" on x86_64, "Features" on aarch64).
@@ -83,13 +95,16 @@ def lacking_cpu_extensions(extensions: Iterable[str]) -> list[str]:
     return [] if have is None else sorted(set(extensions) - have)
 
 
-def cannot_run_reason(architecture: str, cpu: dict[str, Any]) -> str | None:
+def cannot_run_reason(architecture: str, cpu: dict[str, Any], system: str | None = None
+                      ) -> str | None:
     """Why this machine cannot run code compiled for ``architecture`` and ``cpu`` (its mcpu and
-    the CPU_EXTENSIONS that code may use, as compile/targets.cpu_of gives and manifests record);
-    None when it can."""
-    here = host_machine()
-    if architecture != here:
-        return f"code for {architecture} cannot run on this {here} machine"
+    the CPU_EXTENSIONS that code may use, as compile/targets.cpu_of gives and manifests record)
+    on ``system`` (this machine's where None); None when it can."""
+    here, here_system = host_machine(), host_system()
+    system = system or here_system
+    if (architecture, system) != (here, here_system):
+        return (f"code for {SYSTEM_NAMES.get(system, system)} on {architecture} cannot run on "
+                f"this {SYSTEM_NAMES.get(here_system, here_system)} {here} machine")
     if lacking := lacking_cpu_extensions(cpu["extensions"]):
         return (f"code for the CPU {cpu['mcpu']} may use {', '.join(lacking)}, which this "
                 "machine's CPU lacks")

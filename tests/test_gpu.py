@@ -26,6 +26,7 @@ from kokoro_tvm.compile.lower import lower
 from kokoro_tvm.compile.targets import make_target
 from kokoro_tvm.components import COMPONENTS
 from kokoro_tvm.runtime import cuda
+from kokoro_tvm.runtime.devices import device
 
 sys.path.insert(0, str(REPO / "tools" / "gpu_check"))
 import probes  # noqa: E402
@@ -242,8 +243,8 @@ def test_runtime_without_a_gpu_says_so(monkeypatch, tvm_cuda, message):
     monkeypatch.setattr(tvm, "cuda", tvm_cuda)
     monkeypatch.setattr(cuda, "_load_cuda_runtime", lambda: None)
     with pytest.raises(cuda.CudaError, match=f"NVIDIA GPU and its driver: .*{message}"):
-        cuda.device("cuda")
-    assert cuda.device("cpu") == tvm.cpu(0)
+        device("cuda")
+    assert device("cpu") == tvm.cpu(0)
 
 
 @needs_nvcc

@@ -87,7 +87,7 @@ def test_lowered_op_matches_torch(form, target_name, channels, length, tmp_path)
     module = NormSnake(channels).eval()
     func, params, mod = _imported(module, x)
     if form == "gpu":
-        mod = gpu_instance_norm(mod)
+        mod = gpu_instance_norm()(mod)
     target = make_target(TARGETS[target_name])
     lowered = lower(mod, target)
     kernels = [gv.name_hint for gv, f in lowered.functions_items()

@@ -4,8 +4,11 @@ The lowered module has been through the Relax pipeline already (``lower.lower``)
 runs only VM codegen, TIR compilation and linking (``relax.build`` with ``relax_pipeline=None``).
 Weights are function inputs, so the library holds code only.
 
-Cross targets (an llvm ``mtriple`` of another architecture) are linked with that triple's C
-compiler (``cross_compiler``); CUDA kernels are compiled with nvcc (``gpu.nvcc_compile``).
+Cross targets (an llvm ``mtriple`` of another architecture or operating system, and metal's
+macOS host) are linked with their linker command (``devices.cross_linker``, compile/link.py),
+and a macOS library is checked to be one that macOS loads (compile/macho.py); CUDA kernels are
+compiled with nvcc (``gpu.nvcc_compile``), Metal kernels are kept as source and checked against
+Metal's limits (compile/metal.py).
 """
 from __future__ import annotations
 
@@ -13,16 +16,17 @@ import contextlib
 import hashlib
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import tvm
 import tvm_ffi
 from tvm import relax
-from tvm.support import cc
 
 from kokoro_tvm.abi import TRANSFORM_SUFFIX
 from kokoro_tvm.atomic import atomic_path
 from kokoro_tvm.compile import gpu
+from kokoro_tvm.compile.link import linker
 
 
 def _tensor_signature(ty) -> dict[str, Any]:
@@ -103,19 +107,29 @@ def embedded_constant_bytes(mod: tvm.IRModule) -> int:
 
 
 def build_library(lowered_mod: tvm.IRModule, target: tvm.target.Target,
-                  out_so: str | os.PathLike, cross_compiler: str | None = None
-                  ) -> dict[str, Any]:
+                  out_so: str | os.PathLike, cross_linker: list[str] | None = None,
+                  system: str = "linux") -> dict[str, Any]:
     """Compiles ``lowered_mod`` for ``target`` and writes ``out_so`` atomically, linked with
-    ``cross_compiler`` (e.g. ``aarch64-linux-gnu-gcc``) when given.
+    ``cross_linker`` (e.g. ``["aarch64-linux-gnu-gcc"]``) when given, for the operating system
+    ``system`` (``macos``: a Mach-O dylib, checked).
 
     Returns build facts for the library's metadata: seconds spent, size, and the signature.
     """
     start = time.perf_counter()
     with gpu.nvcc_compile() if target.kind.name == "cuda" else contextlib.nullcontext():
         executable = relax.build(lowered_mod, target, relax_pipeline=None)
-    fcompile = cc.cross_compiler(cross_compiler) if cross_compiler else None
+    if target.kind.name == "metal":
+        from kokoro_tvm.compile.metal import check_kernels
+
+        check_kernels(executable, lowered_mod)
+    macos_name = Path(out_so).name if system == "macos" else None
+    fcompile = linker(cross_linker, macos_name) if cross_linker else None
     with atomic_path(out_so) as tmp:
         executable.export_library(str(tmp), fcompile=fcompile)
+        if system == "macos":
+            from kokoro_tvm.compile.macho import check_library
+
+            check_library(tmp)
         size = tmp.stat().st_size
     return {
         "build_seconds": round(time.perf_counter() - start, 3),

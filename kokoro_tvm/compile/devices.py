@@ -1,19 +1,50 @@
 """Where a target's code runs, from its dict form, without importing TVM (the workflow reads
-these when it parses): the device (cpu or cuda), the precision, the CPU architecture
-(``mtriple`` or this machine), the cross linker and the LSTM lowerings a device can compile.
+these when it parses): the device (cpu, cuda or metal), the precision, the CPU architecture and
+operating system (``mtriple`` or this machine), the cross linker and the LSTM lowerings a device
+can compile.
 Whether this machine can run the libraries is compile/runnable.py's (it may ask TVM).
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from kokoro_tvm.cpu import host_machine, machine_name
+from kokoro_tvm.cpu import host_machine, host_system, machine_name
 from kokoro_tvm.facts import LSTM_METHOD_NAMES
+
+# GPU target kinds, each also the TVM device its libraries run on.
+GPU_KINDS = ("cuda", "metal")
+# The host code of a metal library: Apple silicon's macOS (11 is the first for arm64), for the
+# CPU of the first Apple silicon Macs (the floor: every later one runs its code).
+MACOS_ARM64 = {"kind": "llvm", "mtriple": "aarch64-apple-macos11", "mcpu": "apple-m1"}
+HOSTS = {"metal": MACOS_ARM64}
 
 
 def device_kind(options: dict[str, Any]) -> str:
-    """The TVM device a target's libraries run on: ``cuda`` or ``cpu``."""
-    return "cuda" if options["kind"] == "cuda" else "cpu"
+    """The TVM device a target's libraries run on: ``cuda``, ``metal`` or ``cpu``."""
+    return options["kind"] if options["kind"] in GPU_KINDS else "cpu"
+
+
+# GPU kinds without float64 arithmetic: their kernels sum and reduce in float32 or integers
+# (compile/gpu/without_float64.py).
+WITHOUT_FLOAT64 = ("metal",)
+
+
+def host_options(options: dict[str, Any]) -> dict[str, Any] | None:
+    """The dict form of the CPU a GPU target's host code is compiled for where it is fixed
+    (metal: macOS on Apple silicon); None where it is this machine's (cuda) or the target is a
+    CPU."""
+    return HOSTS.get(options["kind"])
+
+
+def operating_system(options: dict[str, Any]) -> str:
+    """The operating system a target's libraries load on: ``macos`` for an Apple triple (or a
+    metal target), else this machine's for a native target, else ``linux``."""
+    host = host_options(options) or options
+    triple = host.get("mtriple")
+    if triple is None:
+        return host_system()
+    return "macos" if "-apple-" in triple else "linux"
 
 
 # What a target may compute the generator's convolutions in, the default first.
@@ -44,28 +75,46 @@ def library_precision(options: dict[str, Any], component: str, bucket: int) -> s
     return "float32"
 
 
-def architecture(options: dict[str, Any]) -> str:
-    """The architecture a target's code is for: the CPU (``x86_64``, ``aarch64``) from
-    ``mtriple`` or this machine, or the GPU (``cuda:sm_90``)."""
-    if device_kind(options) == "cuda":
-        return f"cuda:{options.get('arch', 'unknown')}"
-    triple = options.get("mtriple")
-    if not triple:
+def cpu_architecture(options: dict[str, Any]) -> str:
+    """The CPU (``x86_64``, ``aarch64``) a target's host code is for: its (or its fixed host's)
+    ``mtriple``, or this machine's."""
+    triple = (host_options(options) or options).get("mtriple")
+    if not triple or device_kind(options) == "cuda":
         return host_machine()
     return machine_name(triple.split("-")[0])
 
 
+def architecture(options: dict[str, Any]) -> str:
+    """The architecture a target's code is for: the CPU (``x86_64``, ``aarch64``) from
+    ``mtriple`` or this machine, or the GPU (``cuda:sm_90``, ``metal``)."""
+    if device_kind(options) == "cuda":
+        return f"cuda:{options.get('arch', 'unknown')}"
+    if device_kind(options) == "metal":
+        return "metal"
+    return cpu_architecture(options)
+
+
 def is_cross(options: dict[str, Any]) -> bool:
-    """Whether a CPU target's code is for another architecture than this machine's."""
-    return device_kind(options) == "cpu" and architecture(options) != host_machine()
+    """Whether a target's host code is for another CPU architecture or operating system than
+    this machine's."""
+    return (cpu_architecture(options), operating_system(options)) != (host_machine(),
+                                                                       host_system())
 
 
-def cross_compiler(options: dict[str, Any]) -> str | None:
-    """The C compiler that links a cross target's objects (Debian's ``{triple}-gcc``,
-    e.g. ``aarch64-linux-gnu-gcc`` from gcc-aarch64-linux-gnu), or None for native targets."""
+def cross_linker(options: dict[str, Any]) -> list[str] | None:
+    """The command that links a cross target's objects into a shared library, or None for
+    native targets: for macOS, zig's (the ziglang package, installed with the build: it signs
+    arm64 Mach-O libraries ad hoc, which macOS requires); for Linux, Debian's ``{triple}-gcc``
+    (``aarch64-linux-gnu-gcc`` from gcc-aarch64-linux-gnu)."""
     if not is_cross(options):
         return None
-    return f"{options['mtriple']}-gcc"
+    if operating_system(options) == "macos":
+        host = host_options(options) or options
+        version = host["mtriple"].split("macos")[-1] or "11"
+        version += "" if "." in version else ".0"  # zig wants major.minor
+        return [sys.executable, "-m", "ziglang", "cc", "-target",
+                f"{cpu_architecture(options)}-macos.{version}"]
+    return [f"{options['mtriple']}-gcc"]
 
 
 # LSTM lowerings each device can compile, fastest first. tir and tir_vec are hand-written CPU
@@ -73,7 +122,8 @@ def cross_compiler(options: dict[str, Any]) -> str | None:
 # kernel for a GPU one when lowering (compile/gpu/lstm.py), the scalar tir has none; unroll is
 # plain Relax ops, which dlight schedules like any other, but its IR grows with the bucket.
 DEVICE_LSTM_METHODS = {"cpu": LSTM_METHOD_NAMES,
-                       "cuda": tuple(m for m in LSTM_METHOD_NAMES if m != "tir")}
+                       **{gpu: tuple(m for m in LSTM_METHOD_NAMES if m != "tir")
+                          for gpu in GPU_KINDS}}
 
 
 def lstm_methods_for(options: dict[str, Any], configured: list[str]) -> list[str]:

@@ -13,7 +13,10 @@ slower than the forms below: docs/tvm.md). These are arithmetic only:
   reach 1e6); r rounded to float32 then goes through Cephes' sinf and cosf polynomials (degree
   7 and 8, in float32: only the reduction needs double), and the quadrant k mod 4 picks +-sin r
   or +-cos r. The result is within 1.5 ulp of the exact one at any phase up to 1e6 (libm's:
-  0.5). Infinities and NaN give NaN, like libm.
+  0.5). Infinities and NaN give NaN, like libm. Devices without float64 (Metal) reduce in
+  float32 instead (``wide=False``): pi/2 in three 12-bit parts and a float32 rest, k split into
+  two 12-bit halves, so that every product k_part * pi_part is exact (Cody and Waite's scheme);
+  exact to the float32 rest's precision for k < 2^24.
 - exp (schedules/softmax.py: ALBERT's attention): Cephes' ``expf``, x = n ln 2 + r with ln 2
   in two parts and |r| <= ln 2 / 2, a degree-5 polynomial for (exp(r) - 1 - r) / r^2, and 2^n
   written into the exponent bits; within 2 ulp of libm. Arguments are clamped to [-88, 88]:
@@ -61,29 +64,56 @@ _SIN_P = (-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1)
 _COS_Q = (2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2)
 
 
-def _sin_quadrant(x: tirx.PrimExpr, quarter_turns: int) -> tirx.PrimExpr:
-    """sin(x + quarter_turns * pi/2) for float32 ``x``."""
+# pi/2 as three floats of 12 significant bits and the float nearest to the rest; k is split at
+# 2^12 so that both halves have at most 12 bits too.
+_HALF_PI_PARTS = (1.57080078125, -4.453584551811218e-06, -8.706138032721356e-10)
+_HALF_PI_REST = 6.223371969669989e-14
+_K_SPLIT = 4096.0
+
+
+def _reduced_wide(x: tirx.PrimExpr) -> tuple[tirx.PrimExpr, tirx.PrimExpr]:
+    """(r, k): x = k pi/2 + r, reduced in float64; k as a float64."""
     f64 = "float64"
     wide = tirx.Cast(f64, x)
     k = tirx.round(wide * tirx.const(1 / _HALF_PI_HI, f64))
-    r = tirx.Cast(DTYPE, wide - k * tirx.const(_HALF_PI_HI, f64) - k * tirx.const(_HALF_PI_LO, f64))
+    r = wide - k * tirx.const(_HALF_PI_HI, f64) - k * tirx.const(_HALF_PI_LO, f64)
+    return tirx.Cast(DTYPE, r), k
+
+
+def _reduced_float32(x: tirx.PrimExpr) -> tuple[tirx.PrimExpr, tirx.PrimExpr]:
+    """(r, k): x = k pi/2 + r, reduced in float32 alone; k as a float32."""
+    k = tirx.round(x * tirx.const(1 / _HALF_PI_HI, DTYPE))
+    # Towards zero, so that both halves have the sign of k and x - high * part loses nothing.
+    high = tirx.trunc(k * tirx.const(1 / _K_SPLIT, DTYPE)) * tirx.const(_K_SPLIT, DTYPE)
+    low = k - high
+    r = x
+    for part in _HALF_PI_PARTS:
+        r = r - high * tirx.const(part, DTYPE)
+        r = r - low * tirx.const(part, DTYPE)
+    return r - k * tirx.const(_HALF_PI_REST, DTYPE), k
+
+
+def _sin_quadrant(x: tirx.PrimExpr, quarter_turns: int, wide: bool) -> tirx.PrimExpr:
+    """sin(x + quarter_turns * pi/2) for float32 ``x``, reduced in float64 if ``wide``."""
+    r, k = (_reduced_wide if wide else _reduced_float32)(x)
+    kind = "float64" if wide else DTYPE  # k's: exact for whole numbers below 2^24 in both
     square = r * r
     sine = r + r * square * _horner(_SIN_P, square)
     cosine = (tirx.const(1.0, DTYPE) - tirx.const(0.5, DTYPE) * square
               + square * square * _horner(_COS_Q, square))
-    turns = k + tirx.const(quarter_turns, f64)
-    quadrant = turns - tirx.const(4, f64) * tirx.floor(turns * tirx.const(0.25, f64))  # 0..3
-    odd = tirx.Or(quadrant == tirx.const(1, f64), quadrant == tirx.const(3, f64))
+    turns = k + tirx.const(quarter_turns, kind)
+    quadrant = turns - tirx.const(4, kind) * tirx.floor(turns * tirx.const(0.25, kind))  # 0..3
+    odd = tirx.Or(quadrant == tirx.const(1, kind), quadrant == tirx.const(3, kind))
     value = tirx.Select(odd, cosine, sine)
-    return tirx.Select(quadrant >= tirx.const(2, f64), -value, value)
+    return tirx.Select(quadrant >= tirx.const(2, kind), -value, value)
 
 
-def sin(x: tirx.PrimExpr) -> tirx.PrimExpr:
-    return _sin_quadrant(x, 0)
+def sin(x: tirx.PrimExpr, wide: bool = True) -> tirx.PrimExpr:
+    return _sin_quadrant(x, 0, wide)
 
 
-def cos(x: tirx.PrimExpr) -> tirx.PrimExpr:
-    return _sin_quadrant(x, 1)
+def cos(x: tirx.PrimExpr, wide: bool = True) -> tirx.PrimExpr:
+    return _sin_quadrant(x, 1, wide)
 
 
 # exp: Cephes' expf (x = n ln 2 + r; ln 2 = _LN2_HI + _LN2_LO, _LN2_HI exact in 9 bits).

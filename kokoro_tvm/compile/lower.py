@@ -37,6 +37,7 @@ from tvm import relax, topi
 from kokoro_tvm.abi import TRANSFORM_SUFFIX
 from kokoro_tvm.compile import schedules
 from kokoro_tvm.compile.alignment import add_align_function
+from kokoro_tvm.compile.devices import WITHOUT_FLOAT64
 from kokoro_tvm.compile.noise import add_noise_function
 
 SKIPPED_PASSES = ("FoldConstant",)
@@ -44,7 +45,8 @@ SKIPPED_PASSES = ("FoldConstant",)
 # used for llvm in TVM 0.27: the cpu_generic package does not re-export that list.
 # CUDA's lists schedule every PrimFunc with dlight's GPU rules after FuseTIR (compile/gpu/).
 BACKENDS = {"llvm": "tvm.relax.backend.cpu_generic.pipeline",
-            "cuda": "tvm.relax.backend.cuda.pipeline"}
+            "cuda": "tvm.relax.backend.cuda.pipeline",
+            "metal": "tvm.relax.backend.gpu_generic.pipeline"}
 
 
 def passes(target: tvm.target.Target, schedule: bool = True, tuning_db: str | None = None,
@@ -65,7 +67,8 @@ def passes(target: tvm.target.Target, schedule: bool = True, tuning_db: str | No
     every = (backend.library_dispatch_passes(target) + backend.legalize_passes(target)
              + backend.dataflow_lower_passes(target) + backend.finalize_passes(target))
     gpu = "cpu" not in target.keys
-    chosen = [_gpu_kernels()] if gpu else []
+    float64 = target.kind.name not in WITHOUT_FLOAT64
+    chosen = [_gpu_kernels(float64)] if gpu else []
     if precision == "int8":
         from kokoro_tvm.compile.quantize import quantize_convs
 
@@ -76,8 +79,10 @@ def passes(target: tvm.target.Target, schedule: bool = True, tuning_db: str | No
         if p.info.name == "LegalizeOps":
             # Lifted after legalization, so that the weight layouts our legalizations
             # introduce (matmul panels) are computed once too.
-            chosen += [_legalize(schedule, gpu), lift_weight_transforms]
+            chosen += [_legalize(schedule, gpu, float64), lift_weight_transforms]
             continue
+        if p.info.name == "ApplyDefaultSchedule" and target.kind.name == "metal":
+            p = _metal_default_schedules()
         chosen.append(p)
         if p.info.name == until:
             break
@@ -118,14 +123,18 @@ def lift_weight_transforms(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     return mod
 
 
-def _gpu_kernels() -> tvm.transform.Pass:
+def _gpu_kernels(float64: bool) -> tvm.transform.Pass:
     """Our hand-written CPU kernels replaced by GPU ones (compile/gpu/lstm.py,
     compile/gpu/instance_norm.py; imported here only for GPU targets, so that CPU libraries do
-    not depend on them)."""
+    not depend on them); without ``float64``, the graph's float64 sum in fixed point
+    (compile/gpu/without_float64.py)."""
     from kokoro_tvm.compile.gpu.instance_norm import gpu_instance_norm
     from kokoro_tvm.compile.gpu.lstm import gpu_lstm_recurrence
+    from kokoro_tvm.compile.gpu.without_float64 import fixed_point_cumsum
 
-    return tvm.transform.Sequential([gpu_lstm_recurrence, gpu_instance_norm])
+    accumulator = "float64" if float64 else "float32"
+    return tvm.transform.Sequential([gpu_lstm_recurrence, gpu_instance_norm(accumulator),
+                                     *([] if float64 else [fixed_point_cumsum])])
 
 
 def _gpu_schedules() -> tvm.transform.Pass:
@@ -139,16 +148,27 @@ def _gpu_schedules() -> tvm.transform.Pass:
     return dl.ApplyDefaultSchedule(Contraction(), RowNorm())
 
 
+def _metal_default_schedules() -> tvm.transform.Pass:
+    """dlight's GPU rules less Matmul, which crashes the process on metal targets (a segfault
+    in its tensorization, that Python cannot catch); matrix products fall to GEMV, the
+    reductions or Fallback (compile/gpu/__init__.py)."""
+    from tvm.s_tir import dlight as dl
+
+    return dl.ApplyDefaultSchedule(dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
+                                   dl.gpu.Fallback())
+
+
 def _arange_kernel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     """relax.arange as a TIR kernel even when its bounds are constants (TVM makes a table)."""
     start, end, step = call.args
     return bb.call_te(topi.arange, start, end, step, call.attrs.dtype)
 
 
-def _legalize(schedule: bool, gpu: bool) -> tvm.transform.Pass:
-    # Whole powers as products and sin/cos with float64 argument reduction on every target:
-    # TVM's own forms are wrong on CUDA (schedules/math.py).
-    custom = {"relax.arange": _arange_kernel, **schedules.math.EVERY_TARGET}
+def _legalize(schedule: bool, gpu: bool, float64: bool = True) -> tvm.transform.Pass:
+    # Whole powers as products and sin/cos with float64 argument reduction on every target
+    # that has float64: TVM's own forms are wrong on CUDA (schedules/math.py).
+    math = schedules.math.EVERY_TARGET if float64 else schedules.math.WITHOUT_FLOAT64
+    custom = {"relax.arange": _arange_kernel, **math}
     if schedule:
         custom.update(schedules.LEGALIZATIONS)
     if gpu:

@@ -12,7 +12,7 @@ from typing import Any
 import tvm
 from tvm.target import codegen
 
-from kokoro_tvm.compile.devices import architecture, device_kind
+from kokoro_tvm.compile.devices import architecture, device_kind, host_options
 from kokoro_tvm.cpu import CPU_EXTENSIONS, host_machine
 
 
@@ -34,17 +34,23 @@ OWN_KEYS = ("precision",)
 
 
 def make_target(options: dict[str, Any]) -> tvm.target.Target:
-    """A tvm.target.Target from the dict form, resolving ``mcpu: host``."""
-    return tvm.target.Target({k: v for k, v in resolve_options(options).items()
-                              if k not in OWN_KEYS})
+    """A tvm.target.Target from the dict form, resolving ``mcpu: host``; a GPU target whose
+    host is fixed (metal: devices.HOSTS) gets that host."""
+    tvm_options = {k: v for k, v in resolve_options(options).items() if k not in OWN_KEYS}
+    if (host := host_options(options)) is not None:
+        tvm_options["host"] = host
+    return tvm.target.Target(tvm_options)
 
 
 def cpu_of(options: dict[str, Any]) -> dict[str, Any]:
     """The CPU a target's host code is compiled for: its ``mcpu`` (None for LLVM's generic CPU)
     and the instruction-set extensions (cpu.CPU_EXTENSIONS) that mcpu implies, which the code
-    may use. A cuda target's host code is for the generic CPU of this architecture."""
+    may use. A cuda target's host code is for the generic CPU of this architecture, a metal
+    target's for its fixed host (Apple silicon)."""
     if device_kind(options) == "cuda":
         cpu, machine, mcpu = tvm.target.Target("llvm"), host_machine(), None
+    elif (host := host_options(options)) is not None:
+        return cpu_of(host)
     else:
         cpu, machine = make_target(options), architecture(options)
         mcpu = resolve_options(options).get("mcpu")

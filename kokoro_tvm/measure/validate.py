@@ -35,7 +35,7 @@ from kokoro_tvm.measure.metrics import (
     spectral_metrics,
     tight_metrics,
 )
-from kokoro_tvm.runtime.cuda import device as tvm_device
+from kokoro_tvm.runtime.devices import device as tvm_device
 from kokoro_tvm.runtime.library import Library, Weights
 
 

@@ -19,7 +19,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from kokoro_tvm.runtime.cuda import device
+from kokoro_tvm.runtime.devices import device
 from kokoro_tvm.runtime.library import Library, Weights
 
 

@@ -115,15 +115,3 @@ def cuda_device():
         raise CudaError(f"cuda libraries need an NVIDIA GPU and its driver: {err}") from err
     raise CudaError("cuda libraries need an NVIDIA GPU and its driver: TVM sees no CUDA device "
                     "here; use the llvm target's libraries on this machine")
-
-
-def device(kind: str, kernels: Sequence[Path] = ()):
-    """The TVM device a library of device kind ``cpu`` or ``cuda`` runs on; for cuda, libraries
-    loaded from now on take their kernels from ``kernels`` or the cache (``use_kernels``)."""
-    import tvm
-
-    if kind != "cuda":
-        return tvm.cpu(0)
-    found = cuda_device()
-    use_kernels(kernels, arch_of(found))
-    return found

@@ -40,7 +40,7 @@ from kokoro_tvm.facts import (
     SAMPLES_PER_FRAME,
     STYLE_DIM,
 )
-from kokoro_tvm.runtime import cuda
+from kokoro_tvm.runtime.devices import device
 from kokoro_tvm.runtime.library import Library, Transfers, Weights, release_pooled_memory
 from kokoro_tvm.runtime.model_folder import ModelFolder, ModelFolderError, build_command
 from kokoro_tvm.runtime.speech import ChunkTooLong
@@ -100,7 +100,7 @@ class Buckets:
 
 
 def device_kind(folder: ModelFolder) -> str:
-    """The kind of device the folder's libraries run on (``cpu`` or ``cuda``)."""
+    """The kind of device the folder's libraries run on (``cpu``, ``cuda`` or ``metal``)."""
     kinds = {entry["device"] for entry in folder.libraries}
     if len(kinds) != 1:
         raise ModelFolderError(f"{folder.path} mixes devices {sorted(kinds)}: rebuild it with: "
@@ -111,7 +111,7 @@ def device_kind(folder: ModelFolder) -> str:
 
 def _device(folder: ModelFolder, kernels: Sequence[Path]):
     """The device the folder's libraries run on, with cuda kernels taken from ``kernels``."""
-    return cuda.device(device_kind(folder), kernels)
+    return device(device_kind(folder), kernels)
 
 
 def buckets_within(buckets: Iterable[int], max_frames: int) -> list[int]:
@@ -133,11 +133,9 @@ def load_components(folder: ModelFolder, lstm: str | None, kernels: Sequence[Pat
     if not folder.libraries:
         left_out = folder.manifest["left_out"]
         raise ModelFolderError(
-            f"{folder.path} has no validated libraries ({len(left_out)} were built for "
-            f"{folder.target} but not validated on the build machine); validate them on that "
-            "device (for cuda, a machine with an NVIDIA GPU and nvcc): "
-            f"{build_command(folder.target)} --forcerun validate "
-            f"--config targets='[\"{folder.target}\"]'")
+            f"{folder.path} has no libraries ({len(left_out)} built for {folder.target} failed "
+            f"validation against PyTorch and were left out): rebuild it with "
+            f"{build_command(folder.target)} and read results/validate/{folder.target}")
     folder.check_lstm(lstm)
     device = _device(folder, kernels)
     by_component: dict[str, dict[str, dict[int, dict]]] = {}

@@ -9,7 +9,7 @@ from typing import Any
 
 from kokoro_tvm import paths
 from kokoro_tvm.atomic import sha256_file
-from kokoro_tvm.cpu import cannot_run_reason, host_machine
+from kokoro_tvm.cpu import cannot_run_reason, host_machine, host_system
 from kokoro_tvm.errors import UserError
 
 # The manifest layout this runtime reads and kokoro_tvm/stages/dist.py writes; raised when it
@@ -78,12 +78,14 @@ class ModelFolder:
     def _check_architecture(self) -> None:
         # Folders written before the manifest named their CPU are checked for the architecture.
         built_for = self.manifest.get("cpu") or {"mcpu": None, "extensions": []}
-        reason = cannot_run_reason(self.manifest["architecture"], built_for)
+        system = self.manifest.get("system", "linux")  # folders before macOS targets: Linux
+        reason = cannot_run_reason(self.manifest["architecture"], built_for, system)
         if reason is None:
             return
         here = host_machine()
-        if self.manifest["architecture"] != here:
-            fix = "build that target's folder (for example results/dist/aarch64) and use it instead"
+        if (self.manifest["architecture"], system) != (here, host_system()):
+            fix = ("use it on such a machine, or build a folder for this one: "
+                   f"{build_command(DEFAULT_TARGET)}")
         else:  # the libraries would stop this process with an illegal instruction
             fix = ("build the folder on this machine (mcpu: host), or for every machine it must "
                    "run on by naming a CPU they all match in config.yaml's target_options "

@@ -20,7 +20,13 @@ def build(lowered_json: PathLike, params: PathLike, target_name: str,
     """A lowered module generated and linked into a code-only library
     (results/lib/{target}/...), with its .meta.json."""
     from kokoro_tvm.compile.build import build_library
-    from kokoro_tvm.compile.devices import architecture, cross_compiler, device_kind
+    from kokoro_tvm.compile.devices import (
+        architecture,
+        cpu_architecture,
+        cross_linker,
+        device_kind,
+        operating_system,
+    )
     from kokoro_tvm.compile.targets import cpu_of, make_target
 
     mod = load_ir(lowered_json)
@@ -28,11 +34,13 @@ def build(lowered_json: PathLike, params: PathLike, target_name: str,
     figures = {name: _module_figure(mod, name) for name in IMPORT_FIGURES}
     for name in IMPORT_FIGURES:  # timings must not reach the library: builds stay reproducible
         mod = mod.without_attr(f"kokoro_tvm.{name}")
-    info = build_library(mod, target, out_so, cross_compiler(target_options))
+    system = operating_system(target_options)
+    info = build_library(mod, target, out_so, cross_linker(target_options), system)
     meta = {
         **dims, **info,
         "target": target_name, "target_string": str(target), "library": str(out_so),
         "device": device_kind(target_options), "architecture": architecture(target_options),
+        "host_architecture": cpu_architecture(target_options), "system": system,
         "cpu": cpu_of(target_options),
         "library_sha256": sha256_file(out_so),
         "library_bytes": Path(out_so).stat().st_size,

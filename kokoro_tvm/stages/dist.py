@@ -9,7 +9,6 @@ from typing import Any
 
 from kokoro_tvm import paths
 from kokoro_tvm.atomic import sha256_file, umask, write_json
-from kokoro_tvm.cpu import host_machine
 from kokoro_tvm.facts import SAMPLE_RATE
 from kokoro_tvm.paths import PathLike
 from kokoro_tvm.runtime.model_folder import FORMAT
@@ -38,15 +37,16 @@ def _replace_folder(tmp: Path, out: Path) -> None:
         shutil.rmtree(old)
 
 
-def model_manifest(target: str, architecture: str, cpu: dict[str, Any],
+def model_manifest(target: str, architecture: str, system: str, cpu: dict[str, Any],
                    libraries: list[dict[str, Any]], files: dict[str, str],
                    voices: list[str] = (), left_out: list[dict[str, Any]] = ()
                    ) -> dict[str, Any]:
     """A model folder's manifest.json, in the layout runtime/model_folder.py reads: the
-    libraries (paths relative to the folder), every file's sha256, the CPU architecture the
-    libraries run on and the CPU their host code is compiled for (compile/targets.cpu_of), the
-    voices, and the libraries left out."""
-    return {"format": FORMAT, "target": target, "architecture": architecture, "cpu": cpu,
+    libraries (paths relative to the folder), every file's sha256, the CPU architecture and
+    operating system the libraries run on and the CPU their host code is compiled for
+    (compile/targets.cpu_of), the voices, and the libraries left out."""
+    return {"format": FORMAT, "target": target, "architecture": architecture,
+            "system": system, "cpu": cpu,
             "sample_rate": SAMPLE_RATE, "voices": sorted(voices), "libraries": libraries,
             "left_out": list(left_out), "files": files}
 
@@ -54,10 +54,12 @@ def model_manifest(target: str, architecture: str, cpu: dict[str, Any],
 def write_dist(manifest: PathLike, model_config: PathLike, voices: list[PathLike],
                out: PathLike) -> dict[str, Any]:
     """The model folder a user ships, results/dist/{target}/, which the runtime alone reads
-    wherever it is copied: the target's validated libraries, their params, the model config
-    (with the phoneme vocabulary) and the voices, with a manifest of paths relative to the
-    folder and each file's sha256 (the layout: kokoro_tvm/paths.py, MODEL_*). Libraries not
-    validated here (another device or architecture) are left out and listed with the reason.
+    wherever it is copied: the target's libraries, their params, the model config (with the
+    phoneme vocabulary) and the voices, with a manifest of paths relative to the folder and
+    each file's sha256 (the layout: kokoro_tvm/paths.py, MODEL_*). A library this machine could
+    not run (another device, architecture or operating system: a Mac's, built on Linux) is in
+    the folder with ``validated: false``, to be validated where it runs (the Mac check, the GPU
+    check); any other library that did not pass is left out and listed with its status.
     Written beside ``out`` and renamed into place, so an interrupted run leaves the previous
     folder or none."""
     build = json.loads(Path(manifest).read_text())
@@ -70,7 +72,7 @@ def write_dist(manifest: PathLike, model_config: PathLike, voices: list[PathLike
         libraries, left_out = [], []
         for entry in build["libraries"]:
             dims = {key: entry[key] for key in ("component", "lstm", "bucket")}
-            if entry["passed"] is not True:
+            if entry["passed"] is not True and entry["validation_status"] != "skipped":
                 left_out.append({**dims, "validation_status": entry["validation_status"]})
                 continue
             library = paths.MODEL_LIBRARY.format(**dims)
@@ -82,17 +84,18 @@ def write_dist(manifest: PathLike, model_config: PathLike, voices: list[PathLike
             transforms = {name: function["transform"]
                           for name, function in entry["functions"].items()}
             libraries.append({**dims, "library": library, "params": params,
-                              "device": entry["device"], "transforms": transforms})
+                              "device": entry["device"], "transforms": transforms,
+                              "validated": entry["validated"]})
         _place(Path(model_config), tmp, paths.MODEL_CONFIG, files)
         names = sorted(Path(voice).stem for voice in voices)
         for voice in voices:
             _place(Path(voice), tmp, paths.MODEL_VOICE.format(voice=Path(voice).stem), files)
-        # The CPU the libraries' host code runs on: a cuda library's is the building machine's.
-        (architecture,) = {host_machine() if entry["device"] == "cuda" else entry["architecture"]
-                           for entry in build["libraries"]}  # one target, one machine
+        # The CPU and system the libraries' host code runs on (one target, one machine).
+        (architecture,) = {entry["host_architecture"] for entry in build["libraries"]}
+        (system,) = {entry["system"] for entry in build["libraries"]}
         (cpu,) = {json.dumps(entry["cpu"], sort_keys=True) for entry in build["libraries"]}
-        document = model_manifest(build["target"], architecture, json.loads(cpu), libraries,
-                                  files, names, left_out)
+        document = model_manifest(build["target"], architecture, system, json.loads(cpu),
+                                  libraries, files, names, left_out)
         write_json(tmp / paths.MODEL_MANIFEST, document)
         os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes 0700; give the folder the usual mode
         _replace_folder(tmp, out)

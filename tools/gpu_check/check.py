@@ -375,7 +375,7 @@ def probe_ops(bundle: Path, document: dict, device: str, tolerance: float) -> li
     from tvm.runtime.vm import VirtualMachine
 
     from kokoro_tvm.measure.metrics import relative_error
-    from kokoro_tvm.runtime.cuda import device as tvm_device
+    from kokoro_tvm.runtime.devices import device as tvm_device
     from kokoro_tvm.runtime.library import as_tensors
 
     dev = tvm_device(device, [bundle / "kernels"])
@@ -462,7 +462,7 @@ def sweep(bundle: Path, document: dict, folder: str, case, repeat: int, toleranc
 
     from kokoro_tvm.measure.metrics import relative_error
     from kokoro_tvm.runtime.bare import median_ms
-    from kokoro_tvm.runtime.cuda import device as tvm_device
+    from kokoro_tvm.runtime.devices import device as tvm_device
 
     dev = tvm_device(device, [bundle / "kernels"])
     torch_sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)

@@ -30,6 +30,7 @@ from tvm.s_tir.dlight.gpu.matmul import (
     auto_inline_producers,
 )
 
+from kokoro_tvm.compile.devices import GPU_KINDS
 from kokoro_tvm.compile.schedules.common import divisor_at_most, root_blocks
 from kokoro_tvm.compile.schedules.contraction import find_contraction
 from kokoro_tvm.compile.schedules.conv1d import conv1d_legalization
@@ -54,7 +55,7 @@ class Tile:
 
 
 DEFAULT_TILE = Tile()
-SHARED_BYTES = 40 * 1024  # of the 48 KiB a thread block may use without opting in
+SHARED_BYTES = 40 * 1024  # of CUDA's 48 KiB a thread block may use without opting in
 
 
 def _whole_tiles(rows: int, out_len: int) -> int:
@@ -71,11 +72,12 @@ LEGALIZATIONS = {
 }
 
 
-def schedule_contraction(func: tvm.tirx.PrimFunc) -> s_tir.Schedule | None:
+def schedule_contraction(func: tvm.tirx.PrimFunc, shared_bytes: int = SHARED_BYTES
+                         ) -> s_tir.Schedule | None:
     """The GPU schedule (``DEFAULT_TILE``, which the legalization pads to) of a function holding
     one of our contractions, or None if it holds none or something else this schedule cannot
     place (a reduction besides the contraction). Input channels per step are the most, up to
-    the tile's, whose staged tiles fit SHARED_BYTES."""
+    the tile's, whose staged tiles fit ``shared_bytes``."""
     tile = DEFAULT_TILE
     sch = s_tir.Schedule(func)
     found = find_contraction(sch)
@@ -89,7 +91,7 @@ def schedule_contraction(func: tvm.tirx.PrimFunc) -> s_tir.Schedule | None:
     for channels in sorted((d for d in range(1, min(group, tile.channels) + 1)
                             if group % d == 0), reverse=True):
         sch, staged = _schedule(func, tile, channels)
-        if 4 * staged <= SHARED_BYTES:
+        if 4 * staged <= shared_bytes:
             break
     if any(not _thread_bound(sch, b) for b in root_blocks(sch)):
         return None
@@ -155,9 +157,11 @@ def _thread_bound(sch: s_tir.Schedule, block) -> bool:
 
 
 class Contraction(dl.ScheduleRule):
-    """dlight rule: ``schedule_contraction`` for CUDA functions holding our contraction."""
+    """dlight rule: ``schedule_contraction`` for GPU functions holding our contraction."""
 
     def apply(self, func, target, _tunable):
-        if not isinstance(func, tvm.tirx.PrimFunc) or target.kind.name != "cuda":
+        if not isinstance(func, tvm.tirx.PrimFunc) or target.kind.name not in GPU_KINDS:
             return None
-        return schedule_contraction(func)
+        # Metal's threadgroup memory is 32 KiB (TVM's target says so).
+        limit = int(target.attrs.get("max_shared_memory_per_block", SHARED_BYTES))
+        return schedule_contraction(func, min(SHARED_BYTES, limit))

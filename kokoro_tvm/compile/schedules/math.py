@@ -15,6 +15,9 @@ powers become products and sin/cos reduce their argument in float64 on every tar
 - ``power`` by a small whole constant (``x ** 3`` in the GELU): repeated multiplication instead
   of ``powf``, which LLVM cannot vectorize and which is NaN on CUDA for negative ``x``.
 
+``WITHOUT_FLOAT64`` is ``EVERY_TARGET`` for devices that have no float64 (Metal): sin and cos
+reduce their argument in float32 (fastmath.py).
+
 Everything else keeps TVM's legalization.
 """
 from __future__ import annotations
@@ -41,6 +44,8 @@ def _elementwise(fn, name: str):
 legalize_tanh = _elementwise(fastmath.tanh, "tanh")
 legalize_sin = _elementwise(fastmath.sin, "sin")
 legalize_cos = _elementwise(fastmath.cos, "cos")
+legalize_sin_float32 = _elementwise(lambda x: fastmath.sin(x, wide=False), "sin")
+legalize_cos_float32 = _elementwise(lambda x: fastmath.cos(x, wide=False), "cos")
 
 
 def _whole_exponent(expr: relax.Expr) -> int | None:
@@ -74,4 +79,7 @@ EVERY_TARGET = {
     "relax.cos": legalize_cos,
     "relax.power": legalize_power,
 }
+# For devices without float64 (Metal): EVERY_TARGET with sin and cos reduced in float32.
+WITHOUT_FLOAT64 = {**EVERY_TARGET, "relax.sin": legalize_sin_float32,
+                   "relax.cos": legalize_cos_float32}
 CPU_ONLY = {"relax.tanh": legalize_tanh}
