@@ -18,6 +18,7 @@ include: "rules/validate.smk"
 include: "rules/manifest.smk"
 include: "rules/dist.smk"
 include: "rules/image.smk"
+include: "rules/mac_check.smk"
 include: "rules/bench.smk"
 include: "rules/report.smk"
 
@@ -33,6 +34,12 @@ rule all:
 rule image:
     input:
         expand(paths.IMAGE, target=setting("image.targets")),
+
+
+# The Mac check's bundle (docs/other-targets.md, Macs): not part of `all`; a Mac owner runs it.
+rule mac_check:
+    input:
+        paths.MAC_CHECK,
 
 
 # Benchmarks: not part of `all`; `snakemake bench_lstm` (or bench_components, bench_e2e, bench_serve) builds what they

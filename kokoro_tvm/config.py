@@ -176,6 +176,22 @@ def _check_image(config: dict[str, Any]) -> None:
                               "the server on a Linux CPU (e.g. x86_64_v3)")
 
 
+def check_mac_check(config: dict[str, Any]) -> None:
+    """The Mac check's targets are defined and its buckets are built: checked when its bundle
+    is planned (a build whose buckets leave out the bundle's needs no Mac check section)."""
+    mac_check = config["mac_check"]
+    for i, target in enumerate(mac_check["targets"]):
+        if target not in config["target_options"]:
+            raise ConfigError(f"config key 'mac_check.targets[{i}]': no target_options entry "
+                              f"for '{target}'; defined: "
+                              f"{', '.join(sorted(config['target_options']))}")
+    for component, bucket in mac_check["buckets"].items():
+        if bucket not in config["buckets"][component]:
+            raise ConfigError(f"config key 'mac_check.buckets.{component}': {bucket} is not one "
+                              f"of buckets.{component} ({config['buckets'][component]}): choose "
+                              "one that the build makes")
+
+
 def check_precision(target: str, options: dict[str, Any]) -> None:
     """int8 only where its kernels can be compiled: llvm targets whose CPU has VNNI. Checked at
     parse time for ``targets`` and, for a target asked for by path, when its jobs are planned:

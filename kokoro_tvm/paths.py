@@ -52,6 +52,8 @@ MANIFEST = f"{RESULTS}/manifest/{{target}}.json"
 DIST = f"{RESULTS}/dist/{{target}}"
 # The server's container image with that folder, as `docker load` / `podman load` read it.
 IMAGE = f"{RESULTS}/image/{{target}}.tar"
+# The bundle a Mac owner checks the Mac targets' libraries with (stages/mac_check.py).
+MAC_CHECK = f"{RESULTS}/mac_check"
 BENCH_LSTM = f"{RESULTS}/bench/lstm/{{target}}.json"
 BENCH_LSTM_PLOT = f"{RESULTS}/bench/lstm/{{target}}.png"
 BENCH_COMPONENTS = f"{RESULTS}/bench/components/{{target}}.json"

@@ -11,12 +11,13 @@ from kokoro_tvm import paths
 from kokoro_tvm.components import COMPONENTS
 from kokoro_tvm.compile.devices import (
     DEVICE_LSTM_METHODS,
+    GPU_KINDS,
     device_kind,
     library_precision,
     lstm_methods_for,
 )
 from kokoro_tvm.compile.runnable import cannot_run_reason
-from kokoro_tvm.config import check_precision, validate_config
+from kokoro_tvm.config import check_mac_check, check_precision, validate_config
 from kokoro_tvm.stages import forkserver
 from kokoro_tvm.stages.code_inputs import code_files
 
@@ -62,7 +63,7 @@ def component_code(script_name):
 
     def inputs(wildcards):
         target = getattr(wildcards, "target", None)
-        gpu = target is None or device_kind(setting(f"target_options.{target}")) == "cuda"
+        gpu = target is None or device_kind(setting(f"target_options.{target}")) in GPU_KINDS
         return code_inputs(script_name, COMPONENTS[wildcards.component].has_lstm, gpu)
 
     return inputs
@@ -178,6 +179,16 @@ def tuning_database(wildcards):
     if not setting("tuning.enabled") or not can_run(wildcards.target):
         return []
     return paths.TUNE.format(**wildcards)
+
+
+def mac_check_libraries(pattern):
+    """``pattern`` for each library the Mac check's bundle carries: per mac_check target, each
+    component at its mac_check bucket (its first LSTM method the target builds)."""
+    check_mac_check(config)
+    return [pattern.format(target=target, component=component,
+                           lstm=lstm_methods(component, target)[0],
+                           bucket=setting(f"mac_check.buckets.{component}"))
+            for target in setting("mac_check.targets") for component in COMPONENTS]
 
 
 def all_targets():

@@ -37,7 +37,7 @@ REAL_BUCKETS = {"bert": [64], "duration": [64], "text_encoder": [64], "f0n": [64
                 "decoder": [64, 160]}
 BIN = Path(sys.executable).parent
 # Targets this machine builds but cannot run (tests/test_targets.py, tests/test_gpu.py).
-OTHER_TARGETS = ["cuda", "aarch64"]
+OTHER_TARGETS = ["cuda", "aarch64", "macos_arm64", "metal"]
 # Compiling CUDA kernels (building the cuda target, or a kernel's CUDA source) needs nvcc, which
 # a fresh machine may lack; no test needs a GPU.
 needs_nvcc = pytest.mark.skipif(
@@ -330,10 +330,10 @@ def aarch64_env(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def other_built(built, workflow, aarch64_env, tmp_path_factory) -> Path:
-    """The tiny config's cuda and aarch64 libraries beside its llvm ones, in a copy of ``built``
-    (so that no test sees ``built`` change under it; the same workflow copy, so that the llvm
-    build stays up to date); the aarch64 ones need the cross linker, the cuda ones nvcc (left
-    out without it: the tests of them skip)."""
+    """The tiny config's libraries of the other targets (cuda, aarch64, macos_arm64, metal)
+    beside its llvm ones, in a copy of ``built`` (so that no test sees ``built`` change under
+    it; the same workflow copy, so that the llvm build stays up to date); the aarch64 ones need
+    the cross linker, the cuda ones nvcc (left out without it: the tests of them skip)."""
     targets = [t for t in OTHER_TARGETS if t != "cuda" or find_nvcc() is not None]
 
     def make(folder: Path) -> str:

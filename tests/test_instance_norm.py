@@ -73,21 +73,22 @@ def _imported(module: nn.Module, x: torch.Tensor):
     return func, params, specialize(tvm.IRModule({"main": func, **callees}), x.shape[2])
 
 
-# The GPU form's math is checked once, on the host CPU.
+# The GPU form's math is checked once, on the host CPU; gpu_float32 is Metal's (no float64).
 @pytest.mark.parametrize("form, target_name", [("imported", "host"), ("imported", "sse"),
-                                               ("gpu", "host")])
+                                               ("gpu", "host"), ("gpu_float32", "host")])
 # The last: rows long enough for the output's vector loop to have a scalar rest after it.
 @pytest.mark.parametrize("channels, length", [(5, PARTIALS - 3), (4, 4 * PARTIALS + 7),
                                               (3, 8 * PARTIALS), (2, 9 * PARTIALS + 5)])
 def test_lowered_op_matches_torch(form, target_name, channels, length, tmp_path):
-    """The kernel as imported, and its GPU form (compile/gpu/instance_norm.py), run here."""
+    """The kernel as imported, and its GPU form (compile/gpu/instance_norm.py, summing in
+    float64, or float32 for Metal), run here."""
     batch = 3
     torch.manual_seed(1)
     x = torch.randn(batch, channels, length) * 4 + 1
     module = NormSnake(channels).eval()
     func, params, mod = _imported(module, x)
-    if form == "gpu":
-        mod = gpu_instance_norm()(mod)
+    if form.startswith("gpu"):
+        mod = gpu_instance_norm("float32" if form == "gpu_float32" else "float64")(mod)
     target = make_target(TARGETS[target_name])
     lowered = lower(mod, target)
     kernels = [gv.name_hint for gv, f in lowered.functions_items()

@@ -1,10 +1,12 @@
-"""Other targets from the same DAG (README: Other targets): CUDA GPUs and 64-bit Arm.
+"""Other targets from the same DAG (README: Other targets): CUDA GPUs, 64-bit Arm, and Macs
+(macos_arm64, metal: their Mach-O and Metal checks are tests/test_apple.py's).
 
-- Config: the cuda and aarch64 targets pass the schema, a plain `all` stays llvm only, and a
-  cuda target that names a CPU is rejected.
-- Both build every component of the tiny config on this machine (`--config targets=...`). Their
-  validation jobs cannot run here and say so (`status: skipped`, never `passed: true`); the
-  manifest lists those libraries as unvalidated and the runtime refuses them.
+- Config: the other targets pass the schema, a plain `all` stays llvm only, and a cuda target
+  that names a CPU is rejected.
+- Each builds every component of the tiny config on this machine (`--config targets=...`).
+  Their validation jobs cannot run here and say why in one line (`status: skipped`, never
+  `passed: true`); the folder carries those libraries marked unvalidated, and the runtime here
+  refuses it, naming the machine it is for.
 - The aarch64 libraries are real aarch64 shared objects, and every component's runs under
   qemu-user (Debian's arm64 Python with a runtime-only TVM, tools/cross/aarch64_env.sh) and
   matches PyTorch on this machine with validation's own bars (measure/metrics.py
@@ -52,7 +54,11 @@ def test_target_facts():
     options = yaml.safe_load((REPO / "config.yaml").read_text())["target_options"]
     assert architecture(options["aarch64"]) == "aarch64"
     assert architecture(options["cuda"]) == "cuda:sm_90"
+    assert architecture(options["metal"]) == "metal"
+    assert architecture(options["macos_arm64"]) == "aarch64"
     assert "aarch64" in cannot_run_reason(options["aarch64"])
+    for target in ("macos_arm64", "metal"):
+        assert "code for macOS on aarch64 cannot run" in cannot_run_reason(options[target])
     # GPUs take tir_vec (its kernel swapped for a GPU one when lowering), never the scalar tir
     assert lstm_methods_for(options["cuda"], ["tir", "tir_vec"]) == ["tir_vec"]
     assert lstm_methods_for(options["cuda"], ["tir"]) == ["tir_vec"]
@@ -91,40 +97,59 @@ def test_benchmarks_time_only_targets_this_machine_runs(tmp_path):
     assert "results/bench/components/llvm.json" in text
     if not cuda_available():
         assert "results/bench/e2e/cuda.json" not in text
-    assert "results/bench/e2e/aarch64.json" not in text
-    assert "results/bench/lstm/aarch64.json" not in text
+    for target in ("aarch64", "macos_arm64", "metal"):
+        assert f"results/bench/e2e/{target}.json" not in text
+        assert f"results/bench/lstm/{target}.json" not in text
 
 
-@pytest.mark.parametrize("target", [pytest.param("cuda", marks=needs_nvcc), "aarch64"])
+# Per target: the architecture its manifest entries name, the CPU of its host code (the generic
+# one for cuda, mcpu's extensions for the others) and why validation is skipped here.
+OTHER_FACTS = {
+    "cuda": ("cuda:sm_90", {"mcpu": None, "extensions": []}, "no CUDA device"),
+    "aarch64": ("aarch64", {"mcpu": "neoverse-n1", "extensions": ["dotprod", "neon"]},
+                "code for Linux on aarch64 cannot run on this Linux x86_64 machine"),
+    "macos_arm64": ("aarch64", {"mcpu": "apple-m1", "extensions": ["dotprod", "neon"]},
+                    "code for macOS on aarch64 cannot run on this Linux x86_64 machine"),
+    "metal": ("metal", {"mcpu": "apple-m1", "extensions": ["dotprod", "neon"]},
+              "code for macOS on aarch64 cannot run on this Linux x86_64 machine"),
+}
+
+
+@pytest.mark.parametrize("target", [pytest.param("cuda", marks=needs_nvcc), "aarch64",
+                                    "macos_arm64", "metal"])
 def test_every_component_builds_and_validation_is_skipped(other_built, target):
+    """Each library's validation says in one line why it cannot run here; ELF libraries are for
+    their machine (the Mach-O ones: tests/test_apple.py)."""
+    architecture, cpu, reason = OTHER_FACTS[target]
     manifest = json.loads((other_built / f"results/manifest/{target}.json").read_text())
     assert {e["component"] for e in manifest["libraries"]} == set(COMPONENT_NAMES)
     for entry in manifest["libraries"]:
         assert entry["validated"] is False and entry["passed"] is False
-        assert entry["architecture"] == ("cuda:sm_90" if target == "cuda" else "aarch64")
-        # The CPU of the host code: the generic one for cuda, mcpu's extensions for aarch64.
-        assert entry["cpu"] == ({"mcpu": None, "extensions": []} if target == "cuda" else
-                                {"mcpu": "neoverse-n1",
-                                 "extensions": ["dotprod", "neon"]})
+        assert entry["architecture"] == architecture and entry["cpu"] == cpu
         report = json.loads((other_built / entry["validation"]).read_text())
         assert report["status"] == "skipped" and report["passed"] is False
-        if target == "cuda":
-            assert report["reason"] == "no CUDA device"
+        assert report["reason"] == reason
+        if target in ("cuda", "metal"):
             assert entry["lstm"] in ("none", "tir_vec")
         so = (other_built / entry["library"]).read_bytes()
-        machine = int.from_bytes(so[18:20], "little")  # ELF e_machine
-        assert machine == (0xB7 if target == "aarch64" else 0x3E)  # AArch64 / x86-64
+        if target in ("cuda", "aarch64"):
+            machine = int.from_bytes(so[18:20], "little")  # ELF e_machine
+            assert machine == (0xB7 if target == "aarch64" else 0x3E)  # AArch64 / x86-64
 
 
 def test_model_folder_of_another_architecture_is_refused(other_built):
-    """results/dist/aarch64 holds no library (none validated here) and names its machine."""
+    """results/dist/aarch64 holds its libraries, marked as not validated (they are, where they
+    run), and the runtime here refuses it naming the machine it is for."""
     from kokoro_tvm.runtime.engine import TvmEngine
     from kokoro_tvm.runtime.model_folder import ModelFolder, ModelFolderError
 
     folder = model_folder(other_built, "aarch64")
     manifest = json.loads((folder / "manifest.json").read_text())
-    assert manifest["libraries"] == [] and len(manifest["left_out"]) == 5
-    with pytest.raises(ModelFolderError, match="code for aarch64 cannot run on this x86_64"):
+    assert len(manifest["libraries"]) == 5 and manifest["left_out"] == []
+    assert not any(entry["validated"] for entry in manifest["libraries"])
+    assert (manifest["architecture"], manifest["system"]) == ("aarch64", "linux")
+    with pytest.raises(ModelFolderError,
+                       match="code for Linux on aarch64 cannot run on this Linux x86_64"):
         TvmEngine(ModelFolder(folder))
 
 

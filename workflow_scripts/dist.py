@@ -17,7 +17,7 @@ def main() -> None:
     args = parser.parse_args()
     document = write_dist(args.manifest, args.model_config, args.voices, args.out)
     print(f"{args.out}: {len(document['libraries'])} libraries, {len(document['voices'])} voices"
-          f" ({len(document['left_out'])} not validated here, left out)")
+          f" ({len(document['left_out'])} left out: they failed validation)")
 
 
 if __name__ == "__main__":

@@ -15,11 +15,10 @@ from kokoro_tvm import paths
 from kokoro_tvm.atomic import atomic_path
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.paths import PathLike
+from kokoro_tvm.stages.wheel import own_wheel
 
 # What the image installs: the runtime with the server, no build stack.
 REQUIREMENT = "kokoro-tvm[serve]"
-# The package's sources a wheel is built from (pyproject.toml names README.md as its readme).
-SOURCES = ("pyproject.toml", "README.md", "kokoro_tvm")
 # Pythons the package supports (pyproject.toml's requires-python).
 PYTHONS = ("3.10", "3.11", "3.12")
 # What the base's python3 reports: its version, C library and machine.
@@ -72,17 +71,7 @@ def gather_wheels(source: Path, dest: Path, python: dict[str, Any], work: Path) 
     they are pure Python (a compiled one fails the download, named). ``work`` holds what is
     made on the way (outside the build's context, which the engine reads whole)."""
     pip = [sys.executable, "-m", "pip"]
-    tree = work / "source"  # a copy: a build in the checkout would write into it
-    tree.mkdir()
-    for name in SOURCES:
-        if (source / name).is_dir():
-            shutil.copytree(source / name, tree / name,
-                            ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copyfile(source / name, tree / name)
-    _run([*pip, "wheel", "--no-deps", "--wheel-dir", str(dest), str(tree)],
-         "building kokoro-tvm's wheel")
-    (package,) = dest.glob("kokoro_tvm-*.whl")
+    package = own_wheel(source, dest, work)
     requirement = f"{package}{REQUIREMENT.removeprefix('kokoro-tvm')}"
     frozen = _run([*pip, "freeze", "--exclude-editable"], "listing the installed versions",
                   stdout=subprocess.PIPE, text=True).stdout

@@ -81,24 +81,12 @@ def setup_runtime(bundle: Path) -> None:
 
 
 def synthetic_kmodel(bundle: Path, document: dict, device: str):
-    """KModel (CustomSTFT, as validation uses) with the bundle's synthetic weights, on
-    ``device``; and the weights per component as name -> array."""
-    import synthetic
-    import torch
+    """KModel with the bundle's synthetic weights on ``device``, and the weights per component
+    (measure/synthetic.py)."""
+    from kokoro_tvm.measure import synthetic
 
-    from kokoro_tvm.model.components import TORCH_COMPONENTS
-    from kokoro_tvm.model.kmodel import build_kmodel
-
-    kmodel = build_kmodel(json.loads((bundle / "config.json").read_text()), None,
-                          disable_complex=True)
-    weights = {}
-    for name, spec in document["weights"].items():
-        weights[name] = synthetic.weights(spec, document["seed"])
-        params = dict(TORCH_COMPONENTS[name].wrapper(kmodel).named_parameters())
-        with torch.no_grad():
-            for key, array in weights[name].items():
-                params[key].copy_(torch.from_numpy(array))
-    return kmodel.to(device), weights
+    return synthetic.synthetic_kmodel(json.loads((bundle / "config.json").read_text()),
+                                      document["weights"], document["seed"], device)
 
 
 def check_library(kmodel, case: dict, bundle: Path, params: Path, weights: dict, seed: int,

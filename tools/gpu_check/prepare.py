@@ -37,8 +37,6 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
@@ -50,6 +48,7 @@ import sources  # noqa: E402
 from kokoro_tvm import paths  # noqa: E402
 from kokoro_tvm.compile import gpu  # noqa: E402
 from kokoro_tvm.components import COMPONENTS  # noqa: E402
+from kokoro_tvm.measure.synthetic import weight_spec  # noqa: E402
 from kokoro_tvm.runtime import g2p  # noqa: E402
 from kokoro_tvm.runtime.cuda import compile_fatbin, kernel_file  # noqa: E402
 from kokoro_tvm.stages.common import load_ir  # noqa: E402
@@ -81,17 +80,6 @@ def chosen_libraries(root: Path, target: str) -> list[dict]:
                              "tools/gpu_check/config.yaml first (README: GPU check)")
         chosen += [mine[0]] + ([mine[-1]] if len(mine) > 1 else [])
     return chosen
-
-
-def weight_spec(params_npz: Path) -> dict[str, dict]:
-    """name -> shape, mean and std of each weight of a params file."""
-    spec = {}
-    with np.load(params_npz) as arrays:
-        for name in arrays.files:
-            data = arrays[name].astype(np.float64)
-            spec[name] = {"shape": list(data.shape), "mean": float(data.mean()),
-                          "std": float(data.std()) if data.size > 1 else 0.0}
-    return spec
 
 
 def write_kernels(lowered, target, kernels: Path, library: Path | None = None) -> int:

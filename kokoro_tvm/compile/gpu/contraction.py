@@ -77,8 +77,9 @@ def schedule_contraction(func: tvm.tirx.PrimFunc, shared_bytes: int = SHARED_BYT
     """The GPU schedule (``DEFAULT_TILE``, which the legalization pads to) of a function holding
     one of our contractions, or None if it holds none or something else this schedule cannot
     place (a reduction besides the contraction). Input channels per step are the most, up to
-    the tile's, whose staged tiles fit ``shared_bytes``."""
-    tile = DEFAULT_TILE
+    the tile's, whose staged tiles fit ``shared_bytes``; where none does (Metal's 32 KiB), the
+    tile's rows per thread are halved until they fit (the legalization's padding is of time, so
+    it stays whole)."""
     sch = s_tir.Schedule(func)
     found = find_contraction(sch)
     if found is None:
@@ -88,11 +89,18 @@ def schedule_contraction(func: tvm.tirx.PrimFunc, shared_bytes: int = SHARED_BYT
     if sum(iv.iter_type != iv.DataPar for iv in iters) != 2:
         return None
     group = int(iters[-2].dom.extent)
-    for channels in sorted((d for d in range(1, min(group, tile.channels) + 1)
-                            if group % d == 0), reverse=True):
-        sch, staged = _schedule(func, tile, channels)
-        if 4 * staged <= shared_bytes:
+    fits = None
+    for row_micro in (DEFAULT_TILE.row_micro, 4, 2, 1):
+        tile = dataclasses.replace(DEFAULT_TILE, row_micro=min(row_micro, DEFAULT_TILE.row_micro))
+        for channels in sorted((d for d in range(1, min(group, tile.channels) + 1)
+                                if group % d == 0), reverse=True):
+            sch, staged = _schedule(func, tile, channels)
+            if 4 * staged <= shared_bytes:
+                fits = sch
+                break
+        if fits is not None:
             break
+    sch = fits or sch
     if any(not _thread_bound(sch, b) for b in root_blocks(sch)):
         return None
     return sch
