@@ -204,6 +204,14 @@ def can_run(target):
     return cannot_run_reason(setting(f"target_options.{target}")) is None
 
 
+def reference_if_runnable(wildcards):
+    """A validate job's PyTorch reference, where this machine can run the library: a library it
+    cannot run is not validated here (its report says why), so no reference is computed for it."""
+    if not can_run(wildcards.target):
+        return []
+    return paths.REFERENCE.format(component=wildcards.component, bucket=wildcards.bucket)
+
+
 def per_runnable_target(*patterns):
     """An input function: ``patterns`` for each configured target this machine can run
     (benchmarks, figures). Asked only when a run wants them, since it may import TVM."""

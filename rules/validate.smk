@@ -5,13 +5,14 @@ rule validate:
     input:
         library=rules.build.output.library,
         params=rules.params.output.npz,
-        reference=rules.reference.output.npz,
+        reference=reference_if_runnable,
         code=component_code("validate.py"),
         script=script("validate.py"),
     output:
         report=paths.VALIDATION,
     params:
         options=target_options_of,
+        reference=lambda wildcards, input: f"--reference {input.reference}" if input.reference else "",
     threads: validation_threads
     priority: longest_chains_first
     log:
@@ -23,6 +24,6 @@ rule validate:
     shell:
         "TVM_NUM_THREADS={threads} python {input.script}"
         " --component {wildcards.component} --lstm {wildcards.lstm} --bucket {wildcards.bucket}"
-        " --library {input.library} --params {input.params} --reference {input.reference}"
+        " --library {input.library} --params {input.params} {params.reference}"
         " --target-options '{params.options}'"
         " --out {output.report} > {log} 2>&1"

@@ -79,4 +79,5 @@ def test_the_lstm_and_gpu_only_modules_are_the_packages():
     root = Path(__file__).resolve().parents[1]
     assert all(module_file(root, name) for name in LSTM_ONLY)
     assert GPU_ONLY == ("kokoro_tvm.compile.gpu.contraction",
-                        "kokoro_tvm.compile.gpu.instance_norm", "kokoro_tvm.compile.gpu.lstm")
+                        "kokoro_tvm.compile.gpu.instance_norm", "kokoro_tvm.compile.gpu.lstm",
+                        "kokoro_tvm.compile.gpu.without_float64")

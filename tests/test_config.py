@@ -47,6 +47,10 @@ BAD_CONFIGS = {
     "image of an unknown target": ({"image": {"targets": ["x86_64_v9"]}}, "image.targets[0]"),
     "unknown image builder": ({"image": {"builder": "kaniko"}}, "image.builder"),
     "token bucket past Kokoro's context": ({"buckets": {"bert": [64, 513]}}, "buckets.bert[1]"),
+    "metal target naming a CPU": ({"target_options": {"metal": {"kind": "metal",
+                                                                "mcpu": "apple-m2"}}},
+                                  "target_options.metal"),
+    "image of a Mac folder": ({"image": {"targets": ["macos_arm64"]}}, "image.targets[0]"),
     "frames of another size": ({"weights": {"source": "random", "random_model": {
         "istftnet": {"upsample_rates": [8, 6]}}}, "voices": {"source": "random"}},
                                "weights.random_model"),
@@ -78,6 +82,21 @@ def test_int8_target_asked_by_path_is_checked_before_any_job(tmp_path):
     assert done.returncode != 0
     assert "ConfigError" in output and "'target_options.old.precision'" in output, output[-2000:]
     assert "avx512vnni" in output
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("mac_check, key", [
+    ({"targets": ["macos_m9"]}, "mac_check.targets[0]"),
+    ({"buckets": {"decoder": 100}}, "mac_check.buckets.decoder")])
+def test_mac_check_outside_the_build_is_refused_before_any_job(mac_check, key, tmp_path):
+    """The Mac check's section is checked when its bundle is planned (a build whose buckets
+    leave its buckets out needs no such section), before any job runs."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"mac_check": mac_check}))
+    done = run_snakemake(tmp_path, "-n", "mac_check", configfiles=[bad], check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "ConfigError" in output and f"'{key}'" in output, output[-2000:]
     assert not (tmp_path / "results").exists()
 
 

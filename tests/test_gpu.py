@@ -248,14 +248,20 @@ def test_runtime_without_a_gpu_says_so(monkeypatch, tvm_cuda, message):
 
 
 @needs_nvcc
-def test_runtime_refuses_unvalidated_cuda_libraries(other_built):
-    """The build's own cuda libraries were never run on a GPU: refused, with how to validate."""
+def test_a_cuda_folder_built_without_a_gpu_needs_one(other_built):
+    """The build's own cuda libraries were never run on a GPU: the folder carries them marked
+    unvalidated (the GPU check validates them), and a machine without a GPU refuses it in one
+    line."""
     from kokoro_tvm.runtime.engine import TvmEngine
-    from kokoro_tvm.runtime.model_folder import ModelFolderError
 
-    with pytest.raises(ModelFolderError, match=r"no validated libraries.*NVIDIA GPU.*--forcerun "
-                                               r"validate.*targets='\[\"cuda\"\]'"):
-        TvmEngine(model_folder(other_built, "cuda"))
+    folder = model_folder(other_built, "cuda")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert len(manifest["libraries"]) == 5
+    assert not any(entry["validated"] for entry in manifest["libraries"])
+    if gpu.cuda_available():
+        pytest.skip("this machine has a CUDA device: the folder runs here")
+    with pytest.raises(cuda.CudaError, match="cuda libraries need an NVIDIA GPU and its driver"):
+        TvmEngine(folder)
 
 
 # What the GPU machine's Python has that the GPU check uses, besides the standard library: its

@@ -41,7 +41,9 @@ from kokoro_tvm.runtime.kokoro import Kokoro
 
 pytestmark = pytest.mark.slow
 
-PACKAGES = {"podman": "podman", "mmdebstrap": "mmdebstrap", "iptables": "iptables"}
+# runc: the runtime tests/containers/containers.conf names (Debian's podman may bring crun).
+PACKAGES = {"podman": "podman", "runc": "runc", "mmdebstrap": "mmdebstrap",
+            "iptables": "iptables"}
 # The suite's base: Debian's Python from Debian's packages, without documentation and
 # translations (as Debian's own slim images leave them out).
 BASE = "localhost/kokoro-tvm-test-base:bookworm"

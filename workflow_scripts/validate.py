@@ -19,8 +19,8 @@ def main() -> None:
     parser.add_argument("--bucket", required=True, type=int)
     parser.add_argument("--library", required=True, help=paths.LIBRARY)
     parser.add_argument("--params", required=True, help=paths.PARAMS)
-    parser.add_argument("--reference", required=True,
-                        help=paths.REFERENCE)
+    parser.add_argument("--reference", help=f"{paths.REFERENCE} (none where this machine "
+                        "cannot run the library: its report says why)")
     add_target_options_argument(parser)
     parser.add_argument("--out", required=True, help=paths.VALIDATION)
     args = parser.parse_args()

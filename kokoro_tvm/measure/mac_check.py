@@ -51,12 +51,16 @@ def _params(document: dict, folder: Path) -> dict[str, Path]:
 
 def check_library(bundle: Path, case: dict, params: Path, repeat: int) -> dict[str, Any]:
     """Validation and timings of one library (``case`` from cases.json)."""
+    from kokoro_tvm.cpu import cannot_run_reason
     from kokoro_tvm.measure.validate import load_reference, validate_component
     from kokoro_tvm.runtime.bare import median_ms
     from kokoro_tvm.runtime.devices import device
     from kokoro_tvm.runtime.library import Library, Weights
 
     found = {key: case[key] for key in ("target", "component", "lstm", "bucket", "device")}
+    reason = cannot_run_reason(case["host_architecture"], case["cpu"], case["system"])
+    if reason is not None:
+        return {**found, "status": "skipped", "reason": reason}
     try:
         dev = device(case["device"])
     except UserError as err:
@@ -258,8 +262,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=REPEAT, help="calls per median")
     args = parser.parse_args()
     report = check(args.bundle, args.out, args.repeat)
+    skipped = [r for r in report["libraries"] if r["status"] == "skipped"]
+    if len(skipped) == len(report["libraries"]):
+        print(f"{args.out}: no library could run here ({skipped[0]['reason']})")
+        sys.exit(2)
     print(f"{args.out}: {'passed' if report['passed'] else 'FAILED'}; "
-          f"{sum(r['status'] == 'skipped' for r in report['libraries'])} libraries skipped")
+          f"{len(skipped)} libraries skipped")
     sys.exit(0 if report["passed"] else 1)
 
 

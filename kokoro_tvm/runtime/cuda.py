@@ -10,7 +10,6 @@ compiler: a runtime-only TVM (libtvm_runtime and libtvm_runtime_cuda) is enough.
 """
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
 import shutil
@@ -21,6 +20,7 @@ from typing import Sequence
 
 from kokoro_tvm.atomic import atomic_path
 from kokoro_tvm.errors import UserError
+from kokoro_tvm.runtime.devices import first_device, load_backend
 
 CACHE = Path(os.environ.get("KOKORO_TVM_CACHE", "~/.cache/kokoro-tvm")).expanduser() / "cuda"
 # TVM's nvcc flags for its generated source, less --use_fast_math.
@@ -91,27 +91,15 @@ def use_kernels(folders: Sequence[Path], arch: str) -> None:
 
 
 def _load_cuda_runtime() -> None:
-    """libtvm_runtime_cuda beside libtvm_runtime (a runtime-only TVM does not load backends)."""
-    from tvm.base import _LOADED_LIBS
-
-    if "tvm_runtime_cuda" in _LOADED_LIBS or "tvm_runtime" not in _LOADED_LIBS:
-        return
-    folder = Path(_LOADED_LIBS["tvm_runtime"]._name).resolve().parent
-    library = folder / "libtvm_runtime_cuda.so"
-    if library.is_file():
-        _LOADED_LIBS["tvm_runtime_cuda"] = ctypes.CDLL(str(library), ctypes.RTLD_GLOBAL)
+    """libtvm_runtime_cuda beside libtvm_runtime."""
+    load_backend("tvm_runtime_cuda", "libtvm_runtime_cuda.so")
 
 
 def cuda_device():
     """The first CUDA device, or a CudaError saying why there is none."""
     import tvm
 
-    try:
-        if not tvm.cuda(0).exist:
-            _load_cuda_runtime()
-        if tvm.cuda(0).exist:
-            return tvm.cuda(0)
-    except Exception as err:  # noqa: BLE001 - no driver or no CUDA runtime: no device
-        raise CudaError(f"cuda libraries need an NVIDIA GPU and its driver: {err}") from err
-    raise CudaError("cuda libraries need an NVIDIA GPU and its driver: TVM sees no CUDA device "
-                    "here; use the llvm target's libraries on this machine")
+    return first_device(lambda: tvm.cuda(0), _load_cuda_runtime, CudaError,
+                        "cuda libraries need an NVIDIA GPU and its driver",
+                        "TVM sees no CUDA device here; use the llvm target's libraries on this "
+                        "machine")

@@ -7,10 +7,8 @@ compiler's ``import tvm`` loads: a runtime-only process loads it here.
 """
 from __future__ import annotations
 
-import ctypes
-from pathlib import Path
-
 from kokoro_tvm.errors import UserError
+from kokoro_tvm.runtime.devices import first_device, load_backend
 
 METAL_RUNTIME = "libtvm_runtime_metal.dylib"
 
@@ -20,28 +18,17 @@ class MetalError(UserError):
 
 
 def _load_metal_runtime() -> None:
-    from tvm.base import _LOADED_LIBS
-
-    if "tvm_runtime_metal" in _LOADED_LIBS or "tvm_runtime" not in _LOADED_LIBS:
-        return
-    library = Path(_LOADED_LIBS["tvm_runtime"]._name).resolve().parent / METAL_RUNTIME
-    if library.is_file():
-        _LOADED_LIBS["tvm_runtime_metal"] = ctypes.CDLL(str(library), ctypes.RTLD_GLOBAL)
+    load_backend("tvm_runtime_metal", METAL_RUNTIME)
 
 
 def metal_device():
     """The first Metal device, or a MetalError saying why there is none."""
     import tvm
 
-    try:
-        if not tvm.metal(0).exist:
-            _load_metal_runtime()
-        if tvm.metal(0).exist:
-            return tvm.metal(0)
-    except Exception as err:  # noqa: BLE001 - no Metal runtime in this TVM: no device
-        raise MetalError(f"metal libraries need a Mac with Apple silicon: {err}") from err
-    raise MetalError("metal libraries need a Mac with Apple silicon: TVM sees no Metal device "
-                     "here; use the macos_arm64 target's libraries (the CPU) instead")
+    return first_device(lambda: tvm.metal(0), _load_metal_runtime, MetalError,
+                        "metal libraries need a Mac with Apple silicon",
+                        "TVM sees no Metal device here; use the macos_arm64 target's libraries "
+                        "(the CPU) instead")
 
 
 def metal_available() -> bool:

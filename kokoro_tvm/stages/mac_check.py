@@ -91,7 +91,8 @@ def mac_check_bundle(libraries: list[PathLike], metas: list[PathLike], params: l
                 (staging / reference).parent.mkdir(exist_ok=True)
                 np.savez_compressed(staging / reference, **references[reference])
             cases.append({**dims, "library": placed, "reference": reference,
-                          "device": meta["device"],
+                          "device": meta["device"], "host_architecture": meta["host_architecture"],
+                          "system": meta["system"], "cpu": meta["cpu"],
                           "transforms": {name: function["transform"]
                                          for name, function in meta["functions"].items()}})
         phonemize = g2p.phonemizer("en-us")

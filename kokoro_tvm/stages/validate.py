@@ -8,7 +8,7 @@ from kokoro_tvm.paths import PathLike
 
 
 def validate(component: str, lstm: str, bucket: int, library: PathLike, params: PathLike,
-             reference: PathLike, out: PathLike, target_options: dict[str, Any]
+             reference: PathLike | None, out: PathLike, target_options: dict[str, Any]
              ) -> dict[str, Any]:
     """A library against the PyTorch values the reference stage saved for its bucket
     (``reference``), and at exact length (measure/validate.py), reported in
@@ -16,8 +16,9 @@ def validate(component: str, lstm: str, bucket: int, library: PathLike, params: 
 
     A library this machine cannot run (CUDA without a GPU, another CPU architecture, an
     ``mcpu`` with instruction-set extensions this CPU lacks) gets a report with ``status:
-    skipped``, the reason, and ``passed: false``; the job succeeds and the manifest lists the
-    library as unvalidated (the runtime refuses it)."""
+    skipped``, the reason, and ``passed: false`` (the workflow computes no ``reference`` for
+    it); the job succeeds, and the manifest and the model folder list the library as
+    unvalidated, to be validated where it runs."""
     from kokoro_tvm.compile.devices import device_kind, library_precision
     from kokoro_tvm.compile.runnable import cannot_run_reason
     from kokoro_tvm.measure.validate import ValidationFailed, load_reference, validate_component
@@ -29,6 +30,8 @@ def validate(component: str, lstm: str, bucket: int, library: PathLike, params: 
         report.update(status="skipped", reason=reason, metrics={}, passed=False)
         write_json(out, report)
         return report
+    if reference is None:
+        raise ValueError(f"{library} runs here but was given no reference to validate against")
     import tvm
 
     report.update(validate_component(component, bucket, library, params,

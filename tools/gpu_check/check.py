@@ -150,6 +150,7 @@ def write_model_folder(folder: Path, bundle: Path, document: dict,
 
     from kokoro_tvm import paths
     from kokoro_tvm.atomic import sha256_file
+    from kokoro_tvm.cpu import host_system
     from kokoro_tvm.stages.dist import model_manifest
 
     files = {paths.MODEL_PARAMS.format(component=name): sha256_file(
@@ -166,8 +167,8 @@ def write_model_folder(folder: Path, bundle: Path, document: dict,
         libraries.append({**dims, "library": library, "transforms": case["transforms"],
                           "params": paths.MODEL_PARAMS.format(component=case["component"]),
                           "device": "cuda" if document["target"] == "cuda" else "cpu"})
-    manifest = model_manifest(document["target"], platform.machine(), document["cpu"],
-                              libraries, files)
+    manifest = model_manifest(document["target"], platform.machine(), host_system(),
+                              document["cpu"], libraries, files)
     (folder / paths.MODEL_MANIFEST).write_text(json.dumps(manifest))
 
 
