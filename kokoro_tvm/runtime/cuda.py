@@ -20,7 +20,7 @@ from typing import Sequence
 
 from kokoro_tvm.atomic import atomic_path
 from kokoro_tvm.errors import UserError
-from kokoro_tvm.runtime.devices import first_device, load_backend
+from kokoro_tvm.runtime.backends import first_device, load_backend
 
 CACHE = Path(os.environ.get("KOKORO_TVM_CACHE", "~/.cache/kokoro-tvm")).expanduser() / "cuda"
 # TVM's nvcc flags for its generated source, less --use_fast_math.

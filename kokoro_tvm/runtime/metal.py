@@ -8,7 +8,7 @@ compiler's ``import tvm`` loads: a runtime-only process loads it here.
 from __future__ import annotations
 
 from kokoro_tvm.errors import UserError
-from kokoro_tvm.runtime.devices import first_device, load_backend
+from kokoro_tvm.runtime.backends import first_device, load_backend
 
 METAL_RUNTIME = "libtvm_runtime_metal.dylib"
 
