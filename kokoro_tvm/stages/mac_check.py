@@ -100,7 +100,7 @@ def mac_check_bundle(libraries: list[PathLike], metas: list[PathLike], params: l
                      for text in SENTENCES]
         document = {"seed": seed, "cases": cases, "weights": specs, "sentences": sentences,
                     "e2e_share": E2E_SHARE, "voice": Path(voice).stem,
-                    "versions": {name: version for name, version in _versions().items()}}
+                    "versions": _versions()}
         (staging / CASES).write_text(json.dumps(document, indent=1))
         shutil.copyfile(model_config, staging / paths.MODEL_CONFIG)
         (staging / paths.MODEL_VOICE_DIR).mkdir()
