@@ -312,3 +312,19 @@ def test_halving_prefers_sentences_then_clauses_and_keeps_words_whole():
     assert halves("one two, three four") == ["one two,", "three four"]
     assert halves("a very long") == ["a very", "long"]
     assert halves("single") == ["single"]
+
+
+def test_english_g2p_loads_only_the_components_misaki_enables():
+    """misaki reads the tagger's tags alone: the other components stay unloaded, and the tags
+    are those of the whole pipeline."""
+    import spacy
+
+    text = ("Read the record that they will record tomorrow; the lead singer led the band, and "
+            "the wind will wind the sails. I live here, and the show is live at 8:30 p.m.")
+    with g2p._spacy_model_alias():
+        whole = spacy.load(g2p.SPACY_MODEL)
+        with g2p._spacy_loads_only_enabled():
+            lean = spacy.load(g2p.SPACY_MODEL, enable=["tok2vec", "tagger"])
+    assert len(whole.component_names) > 2
+    assert lean.component_names == ["tok2vec", "tagger"]
+    assert [t.tag_ for t in lean(text)] == [t.tag_ for t in whole(text)]

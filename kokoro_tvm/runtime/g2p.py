@@ -55,6 +55,27 @@ def _spacy_model_alias() -> Iterator[None]:
             sys.modules[SPACY_MODEL] = previous
 
 
+@contextlib.contextmanager
+def _spacy_loads_only_enabled() -> Iterator[None]:
+    """Inside the block, ``spacy.load(name, enable=...)`` leaves the other components of the
+    pipeline out instead of loading them disabled: misaki enables the tagger and its tok2vec
+    alone (it reads each token's tag), and the parser, NER, lemmatizer and attribute ruler
+    would hold about 25 MB unused (docs/memory.md)."""
+    import spacy
+
+    load = spacy.load
+
+    def load_enabled(name, *, enable, **options):
+        meta = spacy.util.load_meta(spacy.util.get_package_path(name) / "meta.json")
+        return load(name, exclude=[c for c in meta["components"] if c not in enable], **options)
+
+    spacy.load = load_enabled
+    try:
+        yield
+    finally:
+        spacy.load = load
+
+
 @dataclass(frozen=True)
 class PhonemizedWord:
     """A word of the text as a G2P read it: its text, its phonemes (with spaces inside for a
@@ -136,7 +157,7 @@ def reading(phonemize: Callable[[str], str]) -> Reader:
 def _english(lang: str) -> Reader:
     from misaki import en
 
-    with _spacy_model_alias():
+    with _spacy_model_alias(), _spacy_loads_only_enabled():
         g2p = en.G2P(trf=False, british=lang == "en-gb", fallback=None, unk="")
     return lambda text: _misaki_words(g2p(text)[1])
 
