@@ -16,10 +16,17 @@ measurable (docs/tvm.md).
 
 Weight transforms: whatever a function computes from weights alone (transposes, weight norm,
 the matmul weight panels of our legalization) is lifted into a companion function
-``{name}_transform_params`` right after legalization (TVM's LiftTransformParams, after
-common-subexpression elimination so that ALBERT's twelve uses of one shared layer prepare its
-weights once). The runtime calls it once per library (``runtime/library.py``); left in place,
-bert transposed its Linear weights on every call, most of its time (docs/tvm.md).
+``{name}_transform_params`` right after legalization (TVM's LiftTransformParams), and
+common subexpressions are eliminated in the transforms alone, so that ALBERT's twelve uses of
+one shared layer prepare its weights once. Not in the functions themselves: there, sharing a
+result keeps it alive longer (the generator's three residual blocks would share one
+instance-normalised copy of their input, a full-size buffer held through all three;
+docs/memory.md). The runtime calls the transform once per library (``runtime/library.py``); left
+in place, bert transposed its Linear weights on every call, most of its time (docs/tvm.md).
+
+Fusion: a join of two branches that FuseOps would fuse with each one's contraction is kept out
+of fusion (``compile/branch_joins.py``), so that no contraction is deferred past the other
+branch and the buffers it reads are not held meanwhile.
 
 Schedules: TVM 0.27 applies none on CPU (every conv and matmul a naive loop). Our own
 (``kokoro_tvm.compile.schedules``) come in twice: their legalizations of conv1d,
@@ -37,6 +44,7 @@ from tvm import relax, topi
 from kokoro_tvm.abi import TRANSFORM_SUFFIX
 from kokoro_tvm.compile import schedules
 from kokoro_tvm.compile.alignment import add_align_function
+from kokoro_tvm.compile.branch_joins import separate_branch_joins
 from kokoro_tvm.compile.devices import WITHOUT_FLOAT64
 from kokoro_tvm.compile.noise import add_noise_function
 
@@ -84,6 +92,8 @@ def passes(target: tvm.target.Target, schedule: bool = True, tuning_db: str | No
         if p.info.name == "ApplyDefaultSchedule" and target.kind.name == "metal":
             p = _metal_default_schedules()
         chosen.append(p)
+        if p.info.name == "AnnotateTIROpPattern":
+            chosen.append(separate_branch_joins)
         if p.info.name == until:
             break
         if p.info.name == "FuseTIR" and tuning_db is not None:
@@ -116,10 +126,12 @@ def lift_weight_transforms(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     weights = {gvar.name_hint: [p.name for p in func.params[int(func.attrs["num_input"]):]]
                for gvar, func in mod.functions_items()
                if isinstance(func, relax.Function) and func.attrs and "num_input" in func.attrs}
-    mod = relax.transform.LiftTransformParams()(relax.transform.EliminateCommonSubexpr()(mod))
+    mod = relax.transform.LiftTransformParams()(mod)
+    eliminate_common = relax.transform.EliminateCommonSubexpr()
     for name, names in weights.items():
         transform = mod.get_global_var(name + TRANSFORM_SUFFIX)
-        mod[transform] = _named_inputs(mod[transform], names)
+        alone = eliminate_common(tvm.IRModule({transform: mod[transform]}))
+        mod[transform] = _named_inputs(alone[transform], names)
     return mod
 
 
