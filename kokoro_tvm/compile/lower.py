@@ -127,12 +127,43 @@ def lift_weight_transforms(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
                for gvar, func in mod.functions_items()
                if isinstance(func, relax.Function) and func.attrs and "num_input" in func.attrs}
     mod = relax.transform.LiftTransformParams()(mod)
-    eliminate_common = relax.transform.EliminateCommonSubexpr()
+    eliminate_common = tvm.transform.Sequential([relax.transform.EliminateCommonSubexpr(),
+                                                 relax.transform.CanonicalizeBindings()])
     for name, names in weights.items():
         transform = mod.get_global_var(name + TRANSFORM_SUFFIX)
         alone = eliminate_common(tvm.IRModule({transform: mod[transform]}))
-        mod[transform] = _named_inputs(alone[transform], names)
+        function = mod.get_global_var(name)
+        mod[transform], mod[function] = _distinct_outputs(alone[transform], mod[function])
+        mod[transform] = _named_inputs(mod[transform], names)
     return mod
+
+
+def _distinct_outputs(transform: relax.Function, function: relax.Function
+                      ) -> tuple[relax.Function, relax.Function]:
+    """``transform`` returning each prepared weight once, and ``function`` taking it once: a
+    weight used twice is prepared once by common-subexpression elimination, but stays two
+    outputs of the transform and two parameters of the function until merged here."""
+    bindings = {b.var: b for block in transform.body.blocks for b in block.bindings}
+    output = bindings[transform.body.body]
+    fields = list(output.value.fields)
+    prepared = function.params[len(function.params) - len(fields):]
+    kept: list[int] = []
+    merged = {}
+    for i, field in enumerate(fields):
+        first = next((k for k in kept if fields[k].same_as(field)), None)
+        if first is None:
+            kept.append(i)
+        else:
+            merged[prepared[i]] = prepared[first]
+    if not merged:
+        return transform, function
+    value = relax.Tuple([fields[i] for i in kept])
+    var = relax.Var(output.var.name, relax.TupleType([fields[i].ty for i in kept]))
+    blocks = [type(block)([relax.VarBinding(var, value) if b.same_as(output) else b
+                           for b in block.bindings]) for block in transform.body.blocks]
+    transform = relax.Function(transform.params, relax.SeqExpr(blocks, var), var.ty,
+                               transform.is_pure, transform.attrs, transform.span)
+    return transform, function.bind_params(merged)
 
 
 def _gpu_kernels(float64: bool) -> tvm.transform.Pass:
