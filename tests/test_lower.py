@@ -37,3 +37,23 @@ def test_weight_transforms_share_work_and_functions_keep_theirs():
     assert _op_calls(lifted["main"], "relax.permute_dims") == 0
     assert _op_calls(lifted["main"], "relax.exp") == 2
     assert [p.name for p in lifted["main" + TRANSFORM_SUFFIX].params] == ["w"]
+    # The weight prepared once is returned once and taken once.
+    assert len(lifted["main" + TRANSFORM_SUFFIX].ret_ty.fields) == 1
+    assert len(lifted["main"].params) == 2
+
+
+def test_a_function_without_weights_keeps_its_inputs():
+    """A function with no weights (the alignment, the noise) gets an empty transform."""
+    @tvm.script.ir_module
+    class Module:
+        @R.function
+        def main(x: R.Tensor((4, 4), "float32")):
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                out = R.exp(x)
+                R.output(out)
+            return out
+
+    lifted = lift_weight_transforms(Module)
+    assert len(lifted["main" + TRANSFORM_SUFFIX].params) == 0
+    assert [p.name for p in lifted["main"].params] == ["x"]

@@ -144,7 +144,9 @@ def _distinct_outputs(transform: relax.Function, function: relax.Function
     weight used twice is prepared once by common-subexpression elimination, but stays two
     outputs of the transform and two parameters of the function until merged here."""
     bindings = {b.var: b for block in transform.body.blocks for b in block.bindings}
-    output = bindings[transform.body.body]
+    output = bindings.get(transform.body.body)
+    if output is None:  # no weights: the transform returns an empty tuple
+        return transform, function
     fields = list(output.value.fields)
     prepared = function.params[len(function.params) - len(fields):]
     kept: list[int] = []
