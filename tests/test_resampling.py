@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from kokoro_tvm.model.patches import patched
-from kokoro_tvm.model.resampling import linear_down, linear_up, nearest_up
+from kokoro_tvm.model.resampling import linear_down, linear_up, middle_samples, nearest_up
 
 # SineGen's factor (samples per F0 value), the generator's first upsampling, the decode blocks'.
 FACTORS = (300, 10, 2)
@@ -77,3 +77,28 @@ def test_nearest_upsample_patch_keeps_kokoros_upsample1d():
         for kind, value in expected.items():
             assert torch.equal(UpSample1d(kind)(x), value)
     assert UpSample1d.forward is before
+
+
+def test_middle_samples_are_what_linear_down_reads_along_any_axis():
+    x = torch.randn(2, 300 * 7, 9)
+    first, second = middle_samples(x, 300, dim=1)
+    assert first.shape == second.shape == (2, 7, 9)
+    assert torch.equal((first + second) * 0.5,
+                       linear_down(x.transpose(1, 2), 300).transpose(1, 2))
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+def test_sinegen_patch_computes_kokoros_sines_bit_for_bit(length):
+    """The patched SineGen computes the phase increments only at the samples Kokoro's
+    downsampling reads: on F0 upsampled as Kokoro upsamples it, its sines are Kokoro's bit for
+    bit, whatever Kokoro's random initial phase (which lands on a sample never read)."""
+    from kokoro.istftnet import SineGen
+
+    sinegen = SineGen(24000, 300, harmonic_num=8)
+    f0 = torch.rand(1, 1, length) * 400 + 50
+    harmonics = torch.arange(1, 10, dtype=f0.dtype)
+    f0_values = nearest_up(f0, 300).transpose(1, 2) * harmonics  # [1, samples, 9]
+    expected = sinegen._f02sine(f0_values)
+    with patched(("sinegen_noise_inputs",)):
+        got = sinegen._f02sine(f0_values, torch.rand(1, 9))
+    assert torch.equal(got, expected)

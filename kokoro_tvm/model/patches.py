@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kokoro_tvm.model.packed_lstm import run_lstm
-from kokoro_tvm.model.resampling import linear_down, linear_up, nearest_up
+from kokoro_tvm.model.resampling import linear_up, middle_samples, nearest_up
 
 Replacement = tuple[Any, str, Any]
 _MISSING = object()
@@ -82,9 +82,10 @@ def _sinegen_noise_inputs() -> list[Replacement]:
     """SineGen's random draws become arguments, so the runtime passes them as graph inputs.
 
     TVM has no converter for ``torch.rand``/``randn_like``. The replacements take
-    ``phase_noise`` ~ U[0,1) [B, harmonics] (the random initial phase; harmonic 0 is zeroed as in
-    Kokoro) and ``sine_noise`` ~ N(0,1) [B, samples, 1]. Its resampling is
-    model/resampling.py's, which traces with a symbolic length. Kokoro draws a Gaussian per harmonic
+    ``phase_noise`` ~ U[0,1) [B, harmonics] (the random initial phase, which Kokoro's
+    downsampling never reads: it changes nothing, and stays an input only as Kokoro's) and
+    ``sine_noise`` ~ N(0,1) [B, samples, 1]. Its resampling is model/resampling.py's, which
+    traces with a symbolic length. Kokoro draws a Gaussian per harmonic
     and sample, scales all of a sample's by one amplitude and merges the harmonics with a
     linear layer (weights w): the merged noise is that amplitude times |w| times one N(0, 1)
     draw per sample, so the runtime draws a ninth of the values (``merged_noise`` turns
@@ -98,10 +99,14 @@ def _sinegen_noise_inputs() -> list[Replacement]:
 
     def f02sine(self, f0_values, phase_noise):
         assert not self.flag_for_pulse, "Kokoro's SineGen runs without flag_for_pulse"
-        rad = (f0_values / self.sampling_rate) % 1
-        initial = torch.cat([torch.zeros_like(phase_noise[:, :1]), phase_noise[:, 1:]], dim=1)
-        rad = torch.cat([rad[:, :1, :] + initial[:, None, :], rad[:, 1:, :]], dim=1)
-        rad = linear_down(rad.transpose(1, 2), self.upsample_scale).transpose(1, 2)
+        # Kokoro computes the phase increment at every sample, adds the random initial phase
+        # at sample 0 and downsamples (linear_down), which reads only each group's two middle
+        # samples: computed there alone, the same values without two full-rate buffers. For
+        # a factor over 2, sample 0 is never read and the initial phase has no effect.
+        if self.upsample_scale <= 2:
+            raise ValueError(f"SineGen: upsample_scale {self.upsample_scale}; Kokoro's is 300")
+        first, second = middle_samples(f0_values, self.upsample_scale, dim=1)
+        rad = ((first / self.sampling_rate) % 1 + (second / self.sampling_rate) % 1) * 0.5
         # Summed in float64, as PyTorch's CPU cumsum does inside: TVM sums in the tensor's
         # dtype, and float32 sums put 10x PyTorch's phase error into the source at 768 frames.
         phase = torch.cumsum(rad.to(torch.float64), dim=1).to(rad.dtype) * 2 * torch.pi

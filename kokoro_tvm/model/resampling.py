@@ -21,11 +21,19 @@ def linear_down(x: torch.Tensor, factor: int) -> torch.Tensor:
     """``F.interpolate(x, scale_factor=1 / factor, mode="linear")`` of ``x`` [B, C, N * factor]
     for an even ``factor``: each output sits halfway between the two middle samples of its
     ``factor`` inputs, so it is their mean (PyTorch's weights are 0.5 and 0.5 there)."""
+    first, second = middle_samples(x, factor, dim=-1)
+    return (first + second) * 0.5
+
+
+def middle_samples(x: torch.Tensor, factor: int, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two middle samples of each group of ``factor`` along ``dim`` of ``x`` (an even
+    ``factor``), the only ones ``linear_down`` reads: a function of ``x`` computed on these
+    alone gives what it gives on all of ``x``, downsampled, without a buffer of ``x``'s size."""
     if factor % 2:
         raise ValueError(f"linear_down: factor {factor} is odd; Kokoro's SineGen uses 300")
-    batch, channels, samples = x.shape
-    groups = x.reshape(batch, channels, samples // factor, factor)
-    return (groups[..., factor // 2 - 1] + groups[..., factor // 2]) * 0.5
+    dim %= x.dim()
+    groups = x.reshape(*x.shape[:dim], x.shape[dim] // factor, factor, *x.shape[dim + 1:])
+    return groups.select(dim + 1, factor // 2 - 1), groups.select(dim + 1, factor // 2)
 
 
 def linear_up(x: torch.Tensor, factor: int) -> torch.Tensor:
