@@ -33,7 +33,10 @@ def middle_samples(x: torch.Tensor, factor: int, dim: int) -> tuple[torch.Tensor
         raise ValueError(f"linear_down: factor {factor} is odd; Kokoro's SineGen uses 300")
     dim %= x.dim()
     groups = x.reshape(*x.shape[:dim], x.shape[dim] // factor, factor, *x.shape[dim + 1:])
-    return groups.select(dim + 1, factor // 2 - 1), groups.select(dim + 1, factor // 2)
+    # Slices, not select: TVM imports select as a gather, which it cannot fuse with the
+    # function of x computed on these samples, and so computes that function on all of x.
+    return (groups.narrow(dim + 1, factor // 2 - 1, 1).squeeze(dim + 1),
+            groups.narrow(dim + 1, factor // 2, 1).squeeze(dim + 1))
 
 
 def linear_up(x: torch.Tensor, factor: int) -> torch.Tensor:
@@ -43,18 +46,31 @@ def linear_up(x: torch.Tensor, factor: int) -> torch.Tensor:
     Exported, it is torch's own decomposition of that call with the length an integer: output j
     reads the source position (j + 0.5) / factor - 0.5, clamped at 0, between its two
     neighbours (the last repeated at the end), in ``x``'s dtype, and blends them as
-    ``left + (right - left) * weight``. Run eagerly it is ``F.interpolate`` itself: that blend
-    rounds otherwise than PyTorch's compiled kernel (1e-7 relative), which SineGen's phase of
-    hundreds of thousands of radians turns into a waveform 38 dB from Kokoro's, and the PyTorch
-    reference must stay Kokoro's bit for bit where no padding reaches (tests/test_padding.py)."""
+    ``left + (right - left) * weight``. The neighbours of output j = factor * i + r are x[i - 1]
+    and x[i], or x[i] and x[i + 1]: they are taken from ``x`` and its copies shifted by one, not
+    gathered by index, so that TVM fuses the upsampling into what reads it (a gather it cannot
+    fuse would be a buffer of the output's size). Run eagerly it is ``F.interpolate`` itself:
+    that blend rounds otherwise than PyTorch's compiled kernel (1e-7 relative), which SineGen's
+    phase of hundreds of thousands of radians turns into a waveform 38 dB from Kokoro's, and the
+    PyTorch reference must stay Kokoro's bit for bit where no padding reaches
+    (tests/test_padding.py)."""
     if not torch.compiler.is_exporting():
         return F.interpolate(x, scale_factor=factor, mode="linear")
     length = x.shape[-1]
-    position = torch.arange(length * factor, dtype=x.dtype, device=x.device)
+    frame = torch.arange(length, device=x.device)[:, None]  # i, [N, 1]
+    position = (frame * factor + torch.arange(factor, device=x.device)).to(x.dtype)  # j
     source = torch.clamp((1 / factor) * (position + 0.5) - 0.5, min=0)
     left = source.to(torch.int64)
     weight = source - left.to(x.dtype)
     right = torch.clamp(left + 1, max=length - 1)
-    # index_select, not indexing: TVM infers its result's shape where the length is symbolic.
-    near = x.index_select(-1, left)
-    return near + (x.index_select(-1, right) - near) * weight.clamp(0, 1)
+    # Narrowed with an explicit length, which TVM can prove equal to x's where the length is
+    # symbolic; the zero each shift brings in is never read (left is 0 at i = 0, right is
+    # the last sample at the end).
+    # (TVM's strided slice takes no negative axis.)
+    last = x.dim() - 1
+    previous = F.pad(x, (1, 0)).narrow(last, 0, length)[..., None]
+    following = F.pad(x, (0, 1)).narrow(last, 1, length)[..., None]
+    here = x[..., None]
+    near = torch.where(left == frame, here, previous)
+    far = torch.where(right == frame, here, following)
+    return (near + (far - near) * weight.clamp(0, 1)).flatten(-2)
