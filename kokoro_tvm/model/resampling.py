@@ -30,7 +30,7 @@ def middle_samples(x: torch.Tensor, factor: int, dim: int) -> tuple[torch.Tensor
     ``factor``), the only ones ``linear_down`` reads: a function of ``x`` computed on these
     alone gives what it gives on all of ``x``, downsampled, without a buffer of ``x``'s size."""
     if factor % 2:
-        raise ValueError(f"linear_down: factor {factor} is odd; Kokoro's SineGen uses 300")
+        raise ValueError(f"middle_samples: factor {factor} is odd; Kokoro's SineGen uses 300")
     dim %= x.dim()
     groups = x.reshape(*x.shape[:dim], x.shape[dim] // factor, factor, *x.shape[dim + 1:])
     # Slices, not select: TVM imports select as a gather, which it cannot fuse with the
@@ -63,10 +63,10 @@ def linear_up(x: torch.Tensor, factor: int) -> torch.Tensor:
     left = source.to(torch.int64)
     weight = source - left.to(x.dtype)
     right = torch.clamp(left + 1, max=length - 1)
-    # Narrowed with an explicit length, which TVM can prove equal to x's where the length is
-    # symbolic; the zero each shift brings in is never read (left is 0 at i = 0, right is
-    # the last sample at the end).
-    # (TVM's strided slice takes no negative axis.)
+    # Shifted by padding and narrowing with an explicit length, which TVM can prove equal to
+    # x's where the length is symbolic, on a positive axis (TVM's strided slice takes no
+    # negative one); the zero each shift brings in is never read (left is 0 at i = 0, right
+    # is the last sample at the end).
     last = x.dim() - 1
     previous = F.pad(x, (1, 0)).narrow(last, 0, length)[..., None]
     following = F.pad(x, (0, 1)).narrow(last, 1, length)[..., None]
