@@ -133,8 +133,8 @@ def lift_weight_transforms(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         transform = mod.get_global_var(name + TRANSFORM_SUFFIX)
         alone = eliminate_common(tvm.IRModule({transform: mod[transform]}))
         function = mod.get_global_var(name)
-        mod[transform], mod[function] = _distinct_outputs(alone[transform], mod[function])
-        mod[transform] = _named_inputs(mod[transform], names)
+        distinct, mod[function] = _distinct_outputs(alone[transform], mod[function])
+        mod[transform] = _named_inputs(distinct, names)
     return mod
 
 
@@ -149,14 +149,12 @@ def _distinct_outputs(transform: relax.Function, function: relax.Function
         return transform, function
     fields = list(output.value.fields)
     prepared = function.params[len(function.params) - len(fields):]
-    kept: list[int] = []
-    merged = {}
+    first_of: dict = {}  # an output var (by identity) -> its first position
     for i, field in enumerate(fields):
-        first = next((k for k in kept if fields[k].same_as(field)), None)
-        if first is None:
-            kept.append(i)
-        else:
-            merged[prepared[i]] = prepared[first]
+        first_of.setdefault(field, i)
+    merged = {prepared[i]: prepared[first_of[field]] for i, field in enumerate(fields)
+              if first_of[field] != i}
+    kept = sorted(first_of.values())
     if not merged:
         return transform, function
     value = relax.Tuple([fields[i] for i in kept])

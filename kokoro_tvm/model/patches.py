@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kokoro_tvm.model.packed_lstm import run_lstm
-from kokoro_tvm.model.resampling import linear_up, middle_samples, nearest_up
+from kokoro_tvm.model.resampling import linear_down, linear_up, nearest_up
 
 Replacement = tuple[Any, str, Any]
 _MISSING = object()
@@ -105,8 +105,8 @@ def _sinegen_noise_inputs() -> list[Replacement]:
         # a factor over 2, sample 0 is never read and the initial phase has no effect.
         if self.upsample_scale <= 2:
             raise ValueError(f"SineGen: upsample_scale {self.upsample_scale}; Kokoro's is 300")
-        first, second = middle_samples(f0_values, self.upsample_scale, dim=1)
-        rad = ((first / self.sampling_rate) % 1 + (second / self.sampling_rate) % 1) * 0.5
+        rad = linear_down(f0_values, self.upsample_scale, dim=1,
+                          of=lambda f0: (f0 / self.sampling_rate) % 1)
         # Summed in float64, as PyTorch's CPU cumsum does inside: TVM sums in the tensor's
         # dtype, and float32 sums put 10x PyTorch's phase error into the source at 768 frames.
         phase = torch.cumsum(rad.to(torch.float64), dim=1).to(rad.dtype) * 2 * torch.pi

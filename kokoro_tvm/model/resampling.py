@@ -8,6 +8,8 @@ the linear upsampling with PyTorch's index arithmetic to rounding (tests/test_re
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -17,11 +19,16 @@ def nearest_up(x: torch.Tensor, factor: int) -> torch.Tensor:
     return x.repeat_interleave(factor, dim=-1)
 
 
-def linear_down(x: torch.Tensor, factor: int) -> torch.Tensor:
+def linear_down(x: torch.Tensor, factor: int, dim: int = -1,
+                of: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
     """``F.interpolate(x, scale_factor=1 / factor, mode="linear")`` of ``x`` [B, C, N * factor]
-    for an even ``factor``: each output sits halfway between the two middle samples of its
-    ``factor`` inputs, so it is their mean (PyTorch's weights are 0.5 and 0.5 there)."""
-    first, second = middle_samples(x, factor, dim=-1)
+    (along ``dim``, the last by default) for an even ``factor``: each output sits halfway
+    between the two middle samples of its ``factor`` inputs, so it is their mean (PyTorch's
+    weights are 0.5 and 0.5 there). With ``of``, the downsampling of ``of(x)`` (an elementwise
+    function), computed on those samples alone."""
+    first, second = middle_samples(x, factor, dim)
+    if of is not None:
+        first, second = of(first), of(second)
     return (first + second) * 0.5
 
 
