@@ -28,6 +28,22 @@ class TwoBranches:
         return residual
 
 
+@tvm.script.ir_module
+class InjectiveLinks:
+    """Each branch a matmul whose result is transposed (injective, as a Winograd
+    convolution's interleave after its contraction) before they are added."""
+
+    @R.function
+    def main(x: R.Tensor((8, 8), "float32"), w1: R.Tensor((8, 8), "float32"),
+             w2: R.Tensor((8, 8), "float32")):
+        with R.dataflow():
+            first = R.permute_dims(R.matmul(x, w1))
+            second = R.permute_dims(R.matmul(x, w2))
+            join = R.add(first, second)
+            R.output(join)
+        return join
+
+
 def _legalized(mod: tvm.IRModule) -> tvm.IRModule:
     return tvm.transform.Sequential([relax.transform.LegalizeOps(),
                                      relax.transform.AnnotateTIROpPattern()])(mod)
@@ -56,6 +72,15 @@ def test_a_join_of_two_contraction_chains_is_found_and_a_residual_is_not():
                          for b in block.bindings if isinstance(b.value, relax.Call)
                          and b.value.op.name == "relax.call_tir"}
     assert sorted(operand_producers[a] for a in join.args[1].fields) == ["add", "matmul"]
+
+
+def test_a_chain_through_an_injective_op_counts():
+    mod = _legalized(InjectiveLinks)
+    (join,) = branch_joins(mod, mod["main"])
+    assert join.args[0].name_hint == "add"
+    separated = relax.transform.FuseOps()(separate_branch_joins(mod))
+    assert _calls(separated["main"]) == ["matmul", "transpose", "matmul", "transpose",
+                                         "add_join0"]
 
 
 def test_fusion_computes_each_branch_where_it_is_ready():

@@ -3,8 +3,11 @@ take it, and whole convolutions against TVM's unscheduled lowering (same toleran
 test_schedules: 1e-5 of the output's scale; Winograd's own error is about 3e-6)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
+import tvm
 from test_schedules import TARGETS, _check, _function, _scheduled
 from tvm import relax, s_tir
 
@@ -88,11 +91,9 @@ def test_winograd_conv1d_with_bias_and_activation(case, target_name, tmp_path,
         return relax.op.nn.leakyrelu(relax.op.add(y, relax.op.reshape(b, (1, c_out, 1))), 0.1)
 
     lowered = _check(_function(shapes, body), shapes, tmp_path, target_name)
-    assert any("conv1d_winograd" in n for n in _scheduled(lowered))
-    (conv,) = [f for gv, f in lowered.functions_items() if "conv1d_winograd" in gv.name_hint]
-    sch = s_tir.Schedule(conv)
-    # The output transform runs inside the contraction's register tile, and the interleave,
-    # bias and activation are one pass after it.
+    assert "conv1d_winograd" in _scheduled(lowered)
+    sch = s_tir.Schedule(lowered["conv1d_winograd"])
+    # The output transform runs inside the contraction's register tile.
     update, transform = (sch.get_sblock(n) for n in ("winograd_update",
                                                         "output_transform_update"))
     tile = [sch.get(loop) for loop in sch.get_loops(update)]
@@ -100,8 +101,56 @@ def test_winograd_conv1d_with_bias_and_activation(case, target_name, tmp_path,
     points = next(i for i, loop in enumerate(tile) if int(loop.extent) == alpha)
     inner = [sch.get(loop) for loop in sch.get_loops(transform)]
     assert all(any(loop.same_as(other) for other in inner) for loop in tile[:points])
+    # The gather before it and the interleave after it (with the bias and the activation,
+    # one pass) are calls of their own, so that their full-length buffers are activations
+    # in the function's memory plan, not workspace inside the kernel.
+    assert [n for n in _called(lowered["main"]) if "winograd" in n] == [
+        "conv1d_winograd_planes", "conv1d_winograd",
+        "fused_conv1d_winograd_interleave_reshape_add_leaky_relu"]
     names = [sch.get(b).name_hint for b in root_blocks(sch)]
-    assert "interleave" not in names and not any(n.startswith("T_add") for n in names)
+    assert "planes" not in names and "interleave" not in names
+
+
+def _called(func: relax.Function) -> list[str]:
+    """The PrimFuncs a lowered Relax function calls, in order."""
+    names = []
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Call) and isinstance(expr.op, relax.GlobalVar):
+            names.append(expr.op.name_hint)
+
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            relax.analysis.post_order_visit(binding.value, visit)
+    return names
+
+
+def test_winograd_buffers_are_planned_activations(tmp_path, short_convolutions_too):
+    """No full-length buffer inside the Winograd kernel: TVM takes such a buffer from a
+    per-thread workspace pool that keeps it at its largest size for the life of the process
+    (at 384 decoder frames, two of 23.7 MB per thread). The contraction allocates only the
+    points' weights and its per-tile input transform, whatever the length (both lengths have
+    enough vec tiles for the input transform per tile: elementwise.PARALLEL_CHUNKS)."""
+    sizes = {}
+    for length in (40000, 80000):
+        shapes = {"x": (1, 64, length), "w": (64, 64, 11)}
+        lowered = lower(_function(shapes, lambda x, w: relax.op.nn.conv1d(x, w, padding=5)),
+                        make_target(TARGETS["host"]))
+        compact = tvm.transform.Sequential([
+            tvm.s_tir.transform.ConvertBlocksToOpaque(),
+            tvm.s_tir.transform.CompactBufferAllocation()])(
+            tvm.IRModule({"conv": lowered["conv1d_winograd"]}))["conv"]
+        sizes[length] = _allocated(compact)
+        assert set(sizes[length]) <= {"winograd_weights", "input_transform", "winograd_local"}
+    assert sizes[40000] == sizes[80000]
+
+
+def _allocated(func) -> dict[str, int]:
+    """Elements of each buffer a PrimFunc allocates (from its script: TVM's statement visitor
+    has no Python binding)."""
+    found = re.findall(r"(\w+) = T\.sblock_alloc_buffer\(\(([^)]*)\)", func.script())
+    return {name: int(np.prod([int(d) for d in re.findall(r"T\.int64\((\d+)\)", shape)]))
+            for name, shape in found}
 
 
 def test_winograd_weights_are_computed_in_the_call(tmp_path, short_convolutions_too):
@@ -119,8 +168,7 @@ def test_winograd_weights_are_computed_in_the_call(tmp_path, short_convolutions_
     target = make_target(TARGETS["host"])
     lowered = lower(bb.get(), target)
     assert "winograd_weights" not in lowered["main_transform_params"].script(show_meta=False)
-    (conv,) = [f for gv, f in lowered.functions_items() if "conv1d_winograd" in gv.name_hint]
-    sch = s_tir.Schedule(conv)
+    sch = s_tir.Schedule(lowered["conv1d_winograd"])
     assert "winograd_weights" in [sch.get(b).name_hint for b in root_blocks(sch)]
     so = tmp_path / "in_call.so"
     build_library(lowered, target, so)

@@ -11,7 +11,8 @@ two (docs/memory.md). A join of two such chains is made opaque to fusion here: e
 result is then computed where it is ready, and the join adds the two results (a pass over
 memory that the convolutions it follows dwarf).
 
-A chain counts when each of its links has one consumer, so that FuseOps would take it whole:
+A chain's links are elementwise or injective ops (a Winograd convolution's interleave follows
+its contraction); it counts when each link has one consumer, so that FuseOps would take it whole:
 a residual add whose earlier operand also feeds the next block's normalization is left alone.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tvm import relax
 
 # TVM's OpPatternKind, as AnnotateTIROpPattern writes it into each PrimFunc's attributes.
 BROADCAST = 1  # elementwise and broadcast ops: at most this
+INJECTIVE = 2  # reshapes, gathers (a Winograd convolution's interleave): FuseOps chains them too
 CONTRACTION = 4  # kOutEWiseFusable: convolutions and matmuls, fused with what follows
 OPAQUE = 8
 
@@ -61,13 +63,13 @@ def branch_joins(mod: tvm.IRModule, func: relax.Function) -> list[relax.Call]:
     joined: set[relax.Var] = set()
 
     def contraction(var: relax.Var) -> relax.Var | None:
-        """The contraction whose single-consumer elementwise chain ends in ``var``, if any."""
+        """The contraction whose single-consumer chain ends in ``var``, if any."""
         while var in producer and var not in joined and uses.get(var, 0) == 1:
             call = producer[var]
             pattern = _pattern(mod, call)
             if pattern == CONTRACTION:
                 return var
-            if pattern > BROADCAST:
+            if pattern > INJECTIVE:
                 return None
             inputs = [a for a in call.args[1].fields if isinstance(a, relax.Var) and a in producer]
             if not inputs:

@@ -32,7 +32,6 @@ from kokoro_tvm.compile.schedules.common import (
 from kokoro_tvm.compile.schedules.cpu import CpuFacts, cpu_facts
 from kokoro_tvm.compile.schedules.elementwise import (
     PARALLEL_CHUNKS,
-    inline_spatial,
     schedule_root_blocks,
 )
 
@@ -129,12 +128,10 @@ def schedule_contraction(sch: s_tir.Schedule, block, axes: dict, facts: CpuFacts
     tile_output = _named(sch, sch.get_consumers(writeback), axes.get("tile_output"))
     if tile_output is not None:
         # The transform reads every point's accumulators of the tile while they are in L1;
-        # what follows it stays a pass of its own (an interleave: not a per-tile region).
+        # it is the function's output (the interleave is a call of its own: winograd.py).
         sch.reverse_compute_at(tile_output, ro, preserve_unit_loops=True)
         sch.compute_inline(writeback)
         _vectorize_over_reduction(sch, tile_output, facts.lanes())
-        for after in _epilogue(sch, tile_output)[:-1]:  # the interleave into the epilogue
-            inline_spatial(sch, after)
     else:
         for consumer in _epilogue(sch, writeback):
             if not _try(sch.reverse_compute_inline, consumer):

@@ -10,19 +10,23 @@ chunks add up inside the contraction, before the output transform. ``FORMS`` lis
 sizes taken and the multiplications each saves.
 
 Dilation d keeps the same tiles on the dilated grid: tile ``T = b * d + p`` computes outputs
-``b * m * d + p + d * j`` (j < m), so chunk q's window is tile ``T + q * d``. Stages, one
-PrimFunc:
+``b * m * d + p + d * j`` (j < m), so chunk q's window is tile ``T + q * d``. Stages, in
+three calls, so that the two full-length buffers between them are activations in the Relax
+memory plan (inside one PrimFunc they were workspace, which TVM's per-thread pool keeps at its
+largest size for the life of the process):
 
-- ``planes[c, i, T] = xpad[c, (T // d) * m * d + T % d + d * i]`` (i < m), zero-padded: a
-  gather pass, after which every window read is contiguous in T;
-- ``input_transform[xi, c, T] = sum_i bt[xi, i] * window_i`` (the contraction's tile input);
-- ``winograd_weights``: ``u = g @ chunk`` per point, from the weight alone, computed in each
+- ``winograd_planes``: ``planes[c, i, T] = xpad[c, (T // d) * m * d + T % d + d * i]`` (i < m),
+  zero-padded: a gather pass, after which every window read is contiguous in T;
+- ``winograd_products``, one PrimFunc:
+  ``input_transform[xi, c, T] = sum_i bt[xi, i] * window_i`` (the contraction's tile input);
+  ``winograd_weights``: ``u = g @ chunk`` per point, from the weight alone, computed in each
   call rather than lifted into the library's weight transform: kept, u would hold 1.9-2.7
-  times the kernel's memory for the life of the process (docs/cpu-speed.md, Winograd convolutions);
-- the contraction ``winograd[xi, f, T] = sum_{c, q} u[xi, f, q, c] * input_transform[xi, c,
-  T + q * d]``, the points inside each register tile;
-- ``output_transform[f, j, T] = sum_xi at[j, xi] * winograd[xi, f, T]``, per register tile;
-- ``interleave`` back to time, with FuseOps' epilogue (bias, activation) in the same pass.
+  times the kernel's memory for the life of the process (docs/cpu-speed.md, Winograd
+  convolutions); the contraction ``winograd[xi, f, T] = sum_{c, q} u[xi, f, q, c] *
+  input_transform[xi, c, T + q * d]``, the points inside each register tile; and
+  ``output_transform[f, j, T] = sum_xi at[j, xi] * winograd[xi, f, T]``, per register tile;
+- ``winograd_interleave`` back to time, with FuseOps' epilogue (bias, activation) in the same
+  pass.
 
 Where it is used (``covers``): stride 1, no groups, a kernel size in ``FORMS``, at least
 ``MIN_CHANNELS`` output channels and ``MIN_STEPS`` output steps; the rest keeps the direct
@@ -32,7 +36,7 @@ the output's scale.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 import tvm
@@ -129,45 +133,80 @@ def winograd_weights(w: te.Tensor) -> te.Tensor:
         name="winograd_weights")
 
 
-def winograd_compute(x: te.Tensor, w: te.Tensor, left: int, out_len: int, dilation: int,
-                     multiple: int) -> te.Tensor:
+@dataclass(frozen=True)
+class Tiling:
+    """How a convolution's time is cut into Winograd tiles (module docstring): ``tiles`` output
+    tiles on the dilated grid, padded to the contraction's vec multiple, ``transformed`` input
+    windows (the chunks of tile T read windows T + q * d), ``reach`` further tiles a window
+    reaches into."""
+    form: Form
+    dilation: int
+    tiles: int
+    transformed: int
+    reach: int
+
+    @classmethod
+    def of(cls, kernel: int, out_len: int, dilation: int, multiple: int) -> "Tiling":
+        form = FORMS[kernel]
+        tiles = round_up(ceil_div(out_len, form.outputs * dilation) * dilation, multiple)
+        return cls(form, dilation, tiles, tiles + (form.chunks(kernel) - 1) * dilation,
+                   (form.alpha - 1) // form.outputs)
+
+    @property
+    def span(self) -> int:
+        """Outputs of ``dilation`` tiles side by side: one stretch of the dilated grid."""
+        return self.form.outputs * self.dilation
+
+
+def winograd_planes(x: te.Tensor, tiling: Tiling, left: int) -> te.Tensor:
+    """``planes[c, i, T]``: the input sample that window position i of tile T reads, zero
+    outside the input (a gather, after which every window read is contiguous in T)."""
     n, c_in, length = (int(d) for d in x.shape)
-    c_out, _, kernel = (int(d) for d in w.shape)
-    form = FORMS[kernel]
-    u = winograd_weights(w)
-    chunks = form.chunks(kernel)
-    m, alpha = form.outputs, form.alpha
-    d, span = dilation, m * dilation
-    tiles = round_up(ceil_div(out_len, span) * d, multiple)
-    transformed = tiles + (chunks - 1) * d
-    reach = (alpha - 1) // m  # further tiles a window reaches into
+    m, d = tiling.form.outputs, tiling.dilation
 
     def plane(b, c, i, t):
-        pos = (t // d) * span + t % d + d * i - left
+        pos = (t // d) * tiling.span + t % d + d * i - left
         return tirx.if_then_else(tirx.all(pos >= 0, pos < length),
                                  x[b, c, tirx.max(tirx.min(pos, length - 1), 0)],
                                  tirx.const(0, x.dtype))
 
-    planes = te.compute((n, c_in, m, transformed + reach * d), plane, name="planes")
+    return te.compute((n, c_in, m, tiling.transformed + tiling.reach * d), plane, name="planes")
+
+
+def winograd_products(planes: te.Tensor, w: te.Tensor, tiling: Tiling) -> te.Tensor:
+    """``output_transform[f, j, T]``: output j of tile T, from each tile's input transform of
+    ``planes``, the points' weights, their contraction and the output transform (the input
+    transform per vec tile where the tiles are many, the output transform per register tile:
+    schedules/contraction.py)."""
+    n, c_in, m, _ = (int(d) for d in planes.shape)
+    c_out, _, kernel = (int(d) for d in w.shape)
+    form, d = tiling.form, tiling.dilation
+    u = winograd_weights(w)
 
     def window(b, xi, c, t):
         return sum(_entry(form.bt, xi, i) * planes[b, c, i % m, t + (i // m) * d]
-                   for i in range(alpha) if np.any(form.bt[:, i]))
+                   for i in range(form.alpha) if np.any(form.bt[:, i]))
 
-    v = te.compute((n, alpha, c_in, transformed), window, name="input_transform")
+    v = te.compute((n, form.alpha, c_in, tiling.transformed), window, name="input_transform")
     rc = te.reduce_axis((0, c_in), "rc")
-    rq = te.reduce_axis((0, chunks), "rq")
+    rq = te.reduce_axis((0, form.chunks(kernel)), "rq")
     products = te.compute(
-        (n, alpha, c_out, tiles),
+        (n, form.alpha, c_out, tiling.tiles),
         lambda b, xi, f, t: te.sum(u[xi, f, rq, rc] * v[b, xi, rc, t + rq * d], axis=[rc, rq]),
         name="winograd", attrs=annotation(row_axis=2, vec_axis=3, points_axis=1,
                                           tile_input="input_transform",
                                           tile_output="output_transform"))
-    rp = te.reduce_axis((0, alpha), "rp")
-    z = te.compute((n, c_out, m, tiles),
-                   lambda b, f, j, t: te.sum(_entry(form.at, j, rp) * products[b, rp, f, t],
-                                             axis=[rp]),
-                   name="output_transform")
+    rp = te.reduce_axis((0, form.alpha), "rp")
+    return te.compute((n, c_out, m, tiling.tiles),
+                      lambda b, f, j, t: te.sum(_entry(form.at, j, rp) * products[b, rp, f, t],
+                                                axis=[rp]),
+                      name="output_transform")
+
+
+def winograd_interleave(z: te.Tensor, tiling: Tiling, out_len: int) -> te.Tensor:
+    """The tiles' outputs back in time order (FuseOps adds the epilogue to this pass)."""
+    n, c_out, _, _ = (int(d) for d in z.shape)
+    span, d = tiling.span, tiling.dilation
     return te.compute((n, c_out, out_len),
                       lambda b, f, o: z[b, f, (o % span) // d, (o // span) * d + o % d],
                       name="interleave")
@@ -198,8 +237,14 @@ def legalize_conv1d_winograd(bb: relax.BlockBuilder, call: relax.Call) -> relax.
         return legalize_conv1d(bb, call)
     x, w = call.args
     kernel, padding, dilation, out_len = _geometry(call)
-    form = FORMS[kernel]
     facts = cpu_facts(tvm.target.Target.current(allow_none=False))
-    vectors = register_tile(facts, int(w.ty.shape[0]), ceil_div(out_len, form.outputs))[1]
-    return bb.call_te(winograd_compute, x, w, padding[0], out_len, dilation,
-                      vectors * facts.lanes(), primfunc_name_hint="conv1d_winograd")
+    vectors = register_tile(facts, int(w.ty.shape[0]),
+                            ceil_div(out_len, FORMS[kernel].outputs))[1]
+    tiling = Tiling.of(kernel, out_len, dilation, vectors * facts.lanes())
+    # Three calls (module docstring): the memory plan reuses their full-length buffers.
+    planes = bb.emit_te(partial(winograd_planes, tiling=tiling, left=padding[0]), x,
+                        primfunc_name_hint="conv1d_winograd_planes")
+    z = bb.emit_te(partial(winograd_products, tiling=tiling), planes, w,
+                   primfunc_name_hint="conv1d_winograd")
+    return bb.call_te(partial(winograd_interleave, tiling=tiling, out_len=out_len), z,
+                      primfunc_name_hint="conv1d_winograd_interleave")
