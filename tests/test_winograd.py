@@ -127,10 +127,10 @@ def _called(func: relax.Function) -> list[str]:
 
 def test_winograd_buffers_are_planned_activations(tmp_path, short_convolutions_too):
     """No full-length buffer inside the Winograd kernel: TVM takes such a buffer from a
-    per-thread workspace pool that keeps it at its largest size for the life of the process
-    (at 384 decoder frames, two of 23.7 MB per thread). The contraction allocates only the
-    points' weights and its per-tile input transform, whatever the length (both lengths have
-    enough vec tiles for the input transform per tile: elementwise.PARALLEL_CHUNKS)."""
+    per-thread workspace pool that keeps it at its largest size for the life of the process.
+    The contraction allocates only the points' weights and its per-tile input transform,
+    whatever the length (both lengths have enough vec tiles for the input transform per tile:
+    elementwise.PARALLEL_CHUNKS)."""
     sizes = {}
     for length in (40000, 80000):
         shapes = {"x": (1, 64, length), "w": (64, 64, 11)}

@@ -12,8 +12,8 @@ sizes taken and the multiplications each saves.
 Dilation d keeps the same tiles on the dilated grid: tile ``T = b * d + p`` computes outputs
 ``b * m * d + p + d * j`` (j < m), so chunk q's window is tile ``T + q * d``. Stages, in
 three calls, so that the two full-length buffers between them are activations in the Relax
-memory plan (inside one PrimFunc they were workspace, which TVM's per-thread pool keeps at its
-largest size for the life of the process):
+memory plan, not workspace inside a kernel, which TVM's per-thread pool keeps at its largest
+size for the life of the process (docs/memory.md):
 
 - ``winograd_planes``: ``planes[c, i, T] = xpad[c, (T // d) * m * d + T % d + d * i]`` (i < m),
   zero-padded: a gather pass, after which every window read is contiguous in T;
