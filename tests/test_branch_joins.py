@@ -50,14 +50,16 @@ def _legalized(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def _calls(func: relax.Function) -> list[str]:
-    """What ``func`` calls, in order: fused functions and PrimFuncs by name."""
+    """What ``func`` calls, in order: fused functions and PrimFuncs by name (a lowered
+    function's packed calls left out)."""
     names = []
     for block in func.body.blocks:
         for binding in block.bindings:
             call = binding.value
             if isinstance(call, relax.Call) and isinstance(call.op, relax.GlobalVar):
                 names.append(call.op.name_hint)
-            elif isinstance(call, relax.Call) and call.op.name == "relax.call_tir":
+            elif (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)
+                  and call.op.name == "relax.call_tir"):
                 names.append(call.args[0].name_hint)
     return names
 

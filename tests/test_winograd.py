@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 import tvm
+from test_branch_joins import _calls
 from test_schedules import TARGETS, _check, _function, _scheduled
 from tvm import relax, s_tir
 
@@ -104,28 +105,14 @@ def test_winograd_conv1d_with_bias_and_activation(case, target_name, tmp_path,
     # The gather before it and the interleave after it (with the bias and the activation,
     # one pass) are calls of their own, so that their full-length buffers are activations
     # in the function's memory plan, not workspace inside the kernel.
-    assert [n for n in _called(lowered["main"]) if "winograd" in n] == [
+    assert [n for n in _calls(lowered["main"]) if "winograd" in n] == [
         "conv1d_winograd_planes", "conv1d_winograd",
         "fused_conv1d_winograd_interleave_reshape_add_leaky_relu"]
     names = [sch.get(b).name_hint for b in root_blocks(sch)]
     assert "planes" not in names and "interleave" not in names
 
 
-def _called(func: relax.Function) -> list[str]:
-    """The PrimFuncs a lowered Relax function calls, in order."""
-    names = []
-
-    def visit(expr) -> None:
-        if isinstance(expr, relax.Call) and isinstance(expr.op, relax.GlobalVar):
-            names.append(expr.op.name_hint)
-
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            relax.analysis.post_order_visit(binding.value, visit)
-    return names
-
-
-def test_winograd_buffers_are_planned_activations(tmp_path, short_convolutions_too):
+def test_winograd_buffers_are_planned_activations(short_convolutions_too):
     """No full-length buffer inside the Winograd kernel: TVM takes such a buffer from a
     per-thread workspace pool that keeps it at its largest size for the life of the process.
     The contraction allocates only the points' weights and its per-tile input transform,

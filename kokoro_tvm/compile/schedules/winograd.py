@@ -135,27 +135,34 @@ def winograd_weights(w: te.Tensor) -> te.Tensor:
 
 @dataclass(frozen=True)
 class Tiling:
-    """How a convolution's time is cut into Winograd tiles (module docstring): ``tiles`` output
-    tiles on the dilated grid, padded to the contraction's vec multiple, ``transformed`` input
-    windows (the chunks of tile T read windows T + q * d), ``reach`` further tiles a window
-    reaches into."""
+    """How a convolution's time is cut into Winograd tiles (module docstring): ``tiles``
+    output tiles on the dilated grid, padded to the contraction's vec multiple, for a kernel of
+    ``chunks`` chunks of ``form.taps``."""
     form: Form
     dilation: int
+    chunks: int
     tiles: int
-    transformed: int
-    reach: int
 
     @classmethod
     def of(cls, kernel: int, out_len: int, dilation: int, multiple: int) -> "Tiling":
         form = FORMS[kernel]
         tiles = round_up(ceil_div(out_len, form.outputs * dilation) * dilation, multiple)
-        return cls(form, dilation, tiles, tiles + (form.chunks(kernel) - 1) * dilation,
-                   (form.alpha - 1) // form.outputs)
+        return cls(form, dilation, form.chunks(kernel), tiles)
 
     @property
     def span(self) -> int:
         """Outputs of ``dilation`` tiles side by side: one stretch of the dilated grid."""
         return self.form.outputs * self.dilation
+
+    @property
+    def transformed(self) -> int:
+        """Input windows transformed: chunk q of tile T reads window T + q * dilation."""
+        return self.tiles + (self.chunks - 1) * self.dilation
+
+    @property
+    def reach(self) -> int:
+        """Further tiles a window reaches into."""
+        return (self.form.alpha - 1) // self.form.outputs
 
 
 def winograd_planes(x: te.Tensor, tiling: Tiling, left: int) -> te.Tensor:
@@ -179,7 +186,7 @@ def winograd_products(planes: te.Tensor, w: te.Tensor, tiling: Tiling) -> te.Ten
     transform per vec tile where the tiles are many, the output transform per register tile:
     schedules/contraction.py)."""
     n, c_in, m, _ = (int(d) for d in planes.shape)
-    c_out, _, kernel = (int(d) for d in w.shape)
+    c_out = int(w.shape[0])
     form, d = tiling.form, tiling.dilation
     u = winograd_weights(w)
 
@@ -189,7 +196,7 @@ def winograd_products(planes: te.Tensor, w: te.Tensor, tiling: Tiling) -> te.Ten
 
     v = te.compute((n, form.alpha, c_in, tiling.transformed), window, name="input_transform")
     rc = te.reduce_axis((0, c_in), "rc")
-    rq = te.reduce_axis((0, form.chunks(kernel)), "rq")
+    rq = te.reduce_axis((0, tiling.chunks), "rq")
     products = te.compute(
         (n, form.alpha, c_out, tiling.tiles),
         lambda b, xi, f, t: te.sum(u[xi, f, rq, rc] * v[b, xi, rc, t + rq * d], axis=[rc, rq]),
