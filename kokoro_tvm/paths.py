@@ -52,6 +52,8 @@ MANIFEST = f"{RESULTS}/manifest/{{target}}.json"
 DIST = f"{RESULTS}/dist/{{target}}"
 # The server's container image with that folder, as `docker load` / `podman load` read it.
 IMAGE = f"{RESULTS}/image/{{target}}.tar"
+# The image's base, checked before any library is built: its name, engine and Python.
+IMAGE_BASE = f"{RESULTS}/image/base.json"
 # The bundle a Mac owner checks the Mac targets' libraries with (stages/mac_check.py).
 MAC_CHECK = f"{RESULTS}/mac_check"
 BENCH_LSTM = f"{RESULTS}/bench/lstm/{{target}}.json"

@@ -31,6 +31,7 @@ from conftest import (
     model_folder,
     once,
     real_build_config,
+    run_snakemake,
     run_workflow,
 )
 from test_serve_parts import decode
@@ -120,6 +121,23 @@ def image_config(base) -> list[str]:
     settings = {"targets": ["llvm"], "base": base, "builder": "podman",
                 "name": "kokoro-tvm-test"}
     return [f"image={json.dumps(settings)}"]
+
+
+def test_a_base_that_cannot_be_had_stops_the_build_before_any_library(engine, tmp_path):
+    """`snakemake --cores 2 image` on a fresh folder with a base that is neither local nor
+    pullable (a name on this machine's own registry address, where none listens): it fails in
+    one line that names the base, the reason and the fix, and no library was built."""
+    base = "localhost/kokoro-tvm-no-such-base:1"
+    settings = {"targets": ["llvm"], "base": base, "builder": "podman", "name": "kokoro-tvm-test"}
+    done = run_snakemake(tmp_path, "image", "--config", f"image={json.dumps(settings)}",
+                         check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    (line,) = [line for line in output.splitlines()
+               if f"the base image {base} cannot be had" in line]
+    assert "its registry (localhost) cannot be reached from here" in line, line
+    assert "set image.base to a local image" in line and "mmdebstrap" in line, line
+    assert not (tmp_path / "results/lib").exists(), sorted((tmp_path / "results/lib").rglob("*"))
 
 
 @pytest.fixture(scope="module")

@@ -14,15 +14,14 @@ def main() -> None:
     parser.add_argument("--folder", required=True, help=paths.DIST)
     parser.add_argument("--containerfile", required=True, help="deploy/Containerfile")
     parser.add_argument("--source", required=True, help="the package's source folder")
-    parser.add_argument("--base", required=True, help="the image it starts FROM")
-    parser.add_argument("--builder", required=True, choices=["podman", "docker"])
+    parser.add_argument("--base", required=True, help=paths.IMAGE_BASE)
     parser.add_argument("--name", required=True, help="the image's name")
     parser.add_argument("--out", required=True, help=paths.IMAGE)
     args = parser.parse_args()
     built = build_image(args.folder, args.containerfile, args.source, args.out, args.base,
-                        args.builder, args.name)
+                        args.name)
     print(json.dumps(built))
-    print(f"{args.out}: {built['image']}; load it with `{args.builder} load -i {args.out}`")
+    print(f"{args.out}: {built['image']}; load it with `{built['builder']} load -i {args.out}`")
 
 
 if __name__ == "__main__":

@@ -37,9 +37,71 @@ def _run(command: list[str], what: str, **kwargs) -> subprocess.CompletedProcess
     return done
 
 
-def base_python(engine: str, base: str, architecture: str) -> dict[str, Any]:
-    """The base image's python3: its version, C library and machine, checked against what the
-    package and the model folder need."""
+# What a failed pull's output says, and the reason a base cannot be had that it means.
+_PULL_FAILURES = (
+    (("short-name", "unqualified-search"), "its name names no registry and none is configured "
+                                           "to search"),
+    (("no such host", "connection refused", "network is unreachable", "i/o timeout",
+      "dial tcp", "pinging container registry", "tls handshake timeout",
+      "temporary failure in name resolution"), "its registry ({registry}) cannot be reached from "
+                                                   "here"),
+    (("manifest unknown", "name unknown", "not found", "access to the resource is denied",
+      "unauthorized", "does not exist"), "its registry ({registry}) has no such image"),
+)
+
+
+def _registry(base: str) -> str:
+    """The registry an image name pulls from: its first part where that names a host, else
+    Docker Hub (what docker and podman's usual search list take)."""
+    first, _, rest = base.partition("/")
+    return first if rest and ("." in first or ":" in first or first == "localhost") else "docker.io"
+
+
+def _pull_failure(base: str, output: str) -> str:
+    """Why a pull of ``base`` failed, from the engine's ``output``: one of _PULL_FAILURES'
+    reasons, else its last line."""
+    lowered = output.lower()
+    for words, reason in _PULL_FAILURES:
+        if any(word in lowered for word in words):
+            return reason.format(registry=_registry(base))
+    lines = output.strip().splitlines()
+    return f"the pull failed ({lines[-1].strip() if lines else 'no output'})"
+
+
+def ensure_base(engine: str, builder: str, base: str) -> None:
+    """``base`` among ``engine``'s local images, pulled if it is not; where it cannot be had, a
+    UserError naming it, why, and the fix (a local image: docs/serving.md, Containers)."""
+    exists = ["image", "exists", base] if builder == "podman" else ["image", "inspect", base]
+    if subprocess.run([engine, *exists], stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL).returncode == 0:
+        print(f"the base image {base} is among {builder}'s local images", flush=True)
+        return
+    print(f"+ {engine} pull {base}", flush=True)
+    pulled = subprocess.run([engine, "pull", base], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    print(pulled.stdout, flush=True)  # the job's log
+    if pulled.returncode != 0:
+        raise UserError(f"the base image {base} cannot be had: it is not among {builder}'s "
+                        f"local images and {_pull_failure(base, pulled.stdout)}; set image.base to "
+                        f"a local image (`{builder} images`; to make one without a registry, "
+                        "see docs/serving.md, Containers: mmdebstrap), or pull it where a "
+                        f"registry is reachable and `{builder} load` it here")
+
+
+def _engine(builder: str) -> str:
+    """The container engine ``builder``'s executable."""
+    engine = shutil.which(builder)
+    if engine is None:
+        raise UserError(f"image.builder is {builder}, which is not installed here: install it "
+                        "(Debian: apt-get install podman) or set image.builder to docker")
+    return engine
+
+
+def describe_base(builder: str, base: str) -> dict[str, Any]:
+    """The base image's python3 (its version, C library and machine), checked against the
+    Pythons the package runs on; the base pulled first where it is not local (ensure_base)."""
+    engine = _engine(builder)
+    ensure_base(engine, builder, base)
     done = _run([engine, "run", "--rm", "--network", "none", "--entrypoint", "python3", base,
                  "-c", _DESCRIBE_PYTHON], f"running python3 in the base image {base}",
                 stdout=subprocess.PIPE, text=True)
@@ -48,11 +110,16 @@ def base_python(engine: str, base: str, architecture: str) -> dict[str, Any]:
         raise UserError(f"the base image {base} has Python {python['version']}; kokoro-tvm "
                         f"runs on {', '.join(PYTHONS)}: set image.base to one with such a "
                         "python3 (e.g. python:3.12-slim)")
+    return {"base": base, "builder": builder, "python": python}
+
+
+def check_machine(base: dict[str, Any], architecture: str) -> None:
+    """The base (describe_base's) runs libraries for ``architecture`` with glibc."""
+    python = base["python"]
     if python["libc"][0] != "glibc" or python["machine"] != architecture:
-        raise UserError(f"the base image {base} is {python['machine']} with "
+        raise UserError(f"the base image {base['base']} is {python['machine']} with "
                         f"{python['libc'][0] or 'no glibc'}; the model folder's libraries need "
                         f"{architecture} with glibc: set image.base to such an image")
-    return python
 
 
 def wheel_platforms(libc_version: str, machine: str) -> list[str]:
@@ -152,23 +219,23 @@ def _git(source: Path, *command: str) -> str:
 
 
 def build_image(folder: PathLike, containerfile: PathLike, source: PathLike, out: PathLike,
-                base: str, builder: str, name: str) -> dict[str, Any]:
+                base: PathLike, name: str) -> dict[str, Any]:
     """The server's container image for a model folder (results/dist/{target}), saved as a
     docker-archive that `podman load` and `docker load` read, tagged {name}:{version}-{target}.
 
-    The image is ``containerfile`` built FROM ``base`` with ``builder`` (podman or docker):
+    The image is ``containerfile`` built FROM the base image that ``base`` describes
+    (describe_base's JSON: the image, its engine and its Python) with that engine:
     the runtime-only install of kokoro-tvm[serve] from the package's ``source`` folder (no
     PyTorch, no compiler), the model folder, a non-root user and `kokoro-tvm serve` on port
     8880. Its wheels are gathered here, for the base's Python and at the versions installed
     here, and installed without an index: the build needs no network beyond the base image.
     Saved beside ``out`` and renamed into place."""
     folder, source, out = Path(folder), Path(source), Path(out)
-    engine = shutil.which(builder)
-    if engine is None:
-        raise UserError(f"image.builder is {builder}, which is not installed here: install it "
-                        "(Debian: apt-get install podman) or set image.builder to docker")
+    described = json.loads(Path(base).read_text())
+    base, builder, python = described["base"], described["builder"], described["python"]
+    engine = _engine(builder)
     manifest = json.loads((folder / paths.MODEL_MANIFEST).read_text())
-    python = base_python(engine, base, manifest["architecture"])
+    check_machine(described, manifest["architecture"])
     tag = f"{name}:{version('kokoro-tvm')}-{manifest['target']}"
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.stem}.context.") as work:
@@ -189,4 +256,4 @@ def build_image(folder: PathLike, containerfile: PathLike, source: PathLike, out
         tmp.unlink()  # the engine writes the archive itself
         _run([engine, "save", *(["--format", "docker-archive"] if builder == "podman" else []),
               "--output", str(tmp), tag], f"saving the image {tag}")
-    return {"image": tag, "python": python["version"], **labels}
+    return {"image": tag, "builder": builder, "python": python["version"], **labels}
