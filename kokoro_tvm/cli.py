@@ -6,6 +6,7 @@ loads, and a failed run leaves an existing output file as it was.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import sys
 import time
@@ -181,7 +182,7 @@ def serve(args: argparse.Namespace) -> int:
     except ImportError as err:
         raise UserError(f"serve needs the server's packages ({err.name} is missing): "
                         "pip install 'kokoro-tvm[serve]'") from err
-    for name in ("max_chars", "max_queue", "timeout", "max_chunk_seconds"):
+    for name in ("max_chars", "max_queue", "timeout", "max_chunk_seconds", "send_timeout"):
         if not getattr(args, name) > 0:
             raise UserError(f"--{name.replace('_', '-')} must be more than 0")
     if not args.grace_period >= 0:
@@ -193,6 +194,13 @@ def serve(args: argparse.Namespace) -> int:
     limits = Limits(max_chars=args.max_chars, max_queue=args.max_queue, timeout=args.timeout)
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port {args.port} is not a port number: give one from 0 to 65535")
+    for proxy in args.trusted_proxy:
+        try:
+            ipaddress.ip_network(proxy)
+        except ValueError:
+            raise UserError(f"--trusted-proxy {proxy} is not an IP address or network: give "
+                            "the proxy's address as it connects, e.g. 127.0.0.1 or "
+                            "10.0.0.0/8") from None
     folder = ModelFolder(_model_path(args))
     folder.check_lstm(args.lstm)
     started = time.perf_counter()
@@ -200,7 +208,8 @@ def serve(args: argparse.Namespace) -> int:
                       max_frames=chunk_frames(args.max_chunk_seconds))
     print(f"kokoro-tvm: {folder.path} ready in {time.perf_counter() - started:.1f} s "
           f"({len(tts.voices)} voices, {args.engine} engine)", file=sys.stderr)
-    run_server(tts, args.host, args.port, limits, args.api_key, args.grace_period)
+    run_server(tts, args.host, args.port, limits, args.api_key, args.grace_period,
+               args.send_timeout, args.trusted_proxy)
     return 0
 
 
@@ -279,6 +288,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=None,
                    help="threads the libraries run on (default: the cores this process may "
                         "use, within a container's CPU limit)")
+    s.add_argument("--send-timeout", type=float, default=60.0,
+                   help="seconds a client may leave its audio unread before it is dropped and "
+                        "its request ended (default 60, nginx's send_timeout; Linux)")
+    s.add_argument("--trusted-proxy", action="append", default=[], metavar="ADDRESS",
+                   help="a reverse proxy's address or network (repeat for more): requests from "
+                        "it are logged as from the client its X-Forwarded-For names; from any "
+                        "other address the header is ignored (default: no proxy is trusted)")
     s.add_argument("--grace-period", type=float, default=25.0,
                    help="seconds the requests in flight may take to finish after SIGTERM "
                         "(default 25: within Kubernetes' 30 s before it kills); /health "

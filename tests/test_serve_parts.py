@@ -19,7 +19,7 @@ from kokoro_tvm.runtime.audio_file import pcm16
 from kokoro_tvm.runtime.kokoro import check_request
 from kokoro_tvm.runtime.speech import Chunk
 from kokoro_tvm.serve.encoders import FORMATS, Encoder
-from kokoro_tvm.serve.scheduler import DeadlineExceeded, QueueFull, Scheduler
+from kokoro_tvm.serve.scheduler import AHEAD, DeadlineExceeded, QueueFull, Scheduler
 from kokoro_tvm.serve.speech_request import APIError, check_text, parse_json, speech_request
 
 
@@ -168,6 +168,11 @@ def run(coroutine):
     return asyncio.run(coroutine)
 
 
+async def drain(results) -> list[str]:
+    """Every chunk's text, read as a client that keeps up reads them."""
+    return [chunk.text async for chunk in results]
+
+
 async def inside_chunk_1(scheduler: Scheduler, chunks: CountingChunks):
     """``chunks`` (with a cue) submitted, its chunk 0 read and the worker inside its chunk 1:
     where tests submit the jobs meant to arrive while a stream works. Its results."""
@@ -279,15 +284,38 @@ def test_a_job_ends_with_its_last_chunk_where_it_is_marked():
         marked = scheduler.submit(iter(CountingChunks("marked", 2, log, 0.1, True)), timeout=60)
         unmarked = scheduler.submit(iter(CountingChunks("unmarked", 2, log, 0.1)), timeout=60)
         cue.submitted.set()
-        for results in (marked.results(), unmarked.results(), long_results):
-            async for _ in results:
-                pass
+        await asyncio.gather(*map(drain, (marked.results(), unmarked.results(), long_results)))
         scheduler.stop()
         return log
 
     log = run(scenario())
     assert log.index("marked ended") == log.index("marked:1") + 1
     assert log.index("unmarked ended") > log.index("long:3") > log.index("unmarked:1")
+
+
+def test_a_job_whose_reader_stops_waits_at_most_ahead_while_the_others_go_on():
+    """A job whose results nobody takes has AHEAD chunks made and then waits, while another
+    job is made whole; once its reader takes one, its next is made."""
+    async def scenario():
+        log: list[str] = []
+        scheduler = Scheduler(max_jobs=4)
+        stalled = scheduler.submit(iter(CountingChunks("stalled", 20, log, 0.02)), timeout=60)
+        await asyncio.sleep(0.3)  # time for 15 of its chunks
+        served = await drain(scheduler.submit(iter(CountingChunks("served", 5, log, 0.02)),
+                                              timeout=60).results())
+        made_while_stalled = [entry for entry in log if entry.startswith("stalled:")]
+        results = stalled.results()
+        first = (await results.__anext__()).text
+        await asyncio.sleep(0.1)
+        made_after_one = [entry for entry in log if entry.startswith("stalled:")]
+        await results.aclose()
+        scheduler.stop()
+        return served, made_while_stalled, first, made_after_one
+
+    served, made_while_stalled, first, made_after_one = run(scenario())
+    assert served == [f"served:{i}" for i in range(5)]
+    assert made_while_stalled == [f"stalled:{i}" for i in range(AHEAD)]
+    assert first == "stalled:0" and made_after_one == [f"stalled:{i}" for i in range(AHEAD + 1)]
 
 
 def test_a_cancelled_job_stops_before_its_next_chunk_and_is_closed():

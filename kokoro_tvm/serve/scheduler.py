@@ -11,6 +11,10 @@ and its decode). Chunks go back to the event loop through each job's queue; a jo
 its last chunk (Chunk.last), where its speaker knows it. A job that its
 client gave up on (``cancel``) or whose deadline passed is dropped before its next chunk, and
 its iterator closed.
+
+A job holds at most AHEAD chunks that its response has not taken yet: a client that reads
+slowly gets its audio as fast as it reads it, the engine goes to the others meanwhile, and
+what the process buffers per stream is bounded (docs/serving.md, Slow readers).
 """
 from __future__ import annotations
 
@@ -32,6 +36,9 @@ class DeadlineExceeded(Exception):
 
 
 _END = object()
+# Chunks a job may have made that its response has not taken: the one being encoded and sent
+# is besides them, so a stream always has its next chunk ready when its client reads on.
+AHEAD = 2
 
 
 class Job:
@@ -39,17 +46,30 @@ class Job:
     the event loop with ``results()``."""
 
     def __init__(self, chunks: Generator[Chunk, None, None], deadline: float,
-                 loop: asyncio.AbstractEventLoop):
-        self.chunks, self.deadline, self.loop = chunks, deadline, loop
+                 loop: asyncio.AbstractEventLoop, wake: threading.Condition):
+        self.chunks, self.deadline, self.loop, self._wake = chunks, deadline, loop, wake
         self.queue: asyncio.Queue = asyncio.Queue()
         self.produced = 0
+        self.untaken = 0  # chunks made and not yet taken by results() (``_wake`` held)
         self.cancelled = threading.Event()
 
     def cancel(self) -> None:
-        self.cancelled.set()
+        with self._wake:
+            self.cancelled.set()
+            self._wake.notify()  # the worker drops it, even if it waited for its reader
+
+    def ready(self) -> bool:
+        """Whether the worker may take a step of it (``_wake`` held): its reader keeps up, or
+        it is to be dropped."""
+        return self.untaken < AHEAD or self.cancelled.is_set()
 
     def _deliver(self, item) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+    def _deliver_chunk(self, chunk: Chunk) -> None:
+        with self._wake:
+            self.untaken += 1
+        self._deliver(chunk)
 
     async def results(self) -> AsyncIterator[Chunk]:
         """The job's chunks as they are made; raises what synthesis raised. Closing this
@@ -58,6 +78,9 @@ class Job:
             while (item := await self.queue.get()) is not _END:
                 if isinstance(item, BaseException):
                     raise item
+                with self._wake:
+                    self.untaken -= 1
+                    self._wake.notify()  # room for its next chunk
                 yield item
         finally:
             self.cancel()
@@ -98,7 +121,7 @@ class Scheduler:
 
     def submit(self, chunks: Generator[Chunk, None, None], timeout: float) -> Job:
         """A job for ``chunks``, queued; QueueFull if ``max_jobs`` are admitted already."""
-        job = Job(chunks, time.monotonic() + timeout, asyncio.get_running_loop())
+        job = Job(chunks, time.monotonic() + timeout, asyncio.get_running_loop(), self._wake)
         with self._wake:
             if len(self._jobs) >= self.max_jobs:
                 raise QueueFull
@@ -115,11 +138,12 @@ class Scheduler:
     def _next_job(self) -> Job | None:
         """The job to take a chunk from (see the module docstring), None when stopping."""
         with self._wake:
-            while not self._jobs and not self._stopping:
-                self._wake.wait()
-            if self._stopping:
-                return None
-            return self._to_back(self._oldest_new() or self._jobs[0])
+            while not self._stopping:
+                job = self._oldest_new() or next((j for j in self._jobs if j.ready()), None)
+                if job is not None:
+                    return self._to_back(job)
+                self._wake.wait()  # no job, or every reader behind: until one takes a chunk
+            return None
 
     def _waiting_first(self, current: Job) -> Job | None:
         """The oldest job besides ``current`` that has produced nothing, moved to the back."""
@@ -176,7 +200,7 @@ class Scheduler:
             self._inside = inside + elapsed if outer is not None else 0.0
         job.produced += 1
         self.on_chunk(chunk, own)
-        job._deliver(chunk)
+        job._deliver_chunk(chunk)
         if chunk.last:  # its end now, not at its next turn, a round of the others' chunks away
             self._end(job)
 
@@ -185,7 +209,7 @@ class Scheduler:
         the end delivered."""
         try:
             for chunk in job.chunks:  # none expected; delivered all the same
-                job._deliver(chunk)
+                job._deliver_chunk(chunk)
         except Exception as err:  # noqa: BLE001 - the request's error, not the worker's
             self._drop(job, err)
             return
