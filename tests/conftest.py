@@ -7,6 +7,7 @@ session fixtures that build or install are made once for both (``once``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -306,6 +307,51 @@ def real_int8_built(real_built, workflow, tmp_path_factory) -> Path:
 def built(workflow, tmp_path_factory) -> Path:
     """A finished `snakemake all` on the tiny config."""
     return snakemake_once(tmp_path_factory, "built", "all", workflow=workflow)
+
+
+# The tiny config with frame buckets that hold a word at speed 1 (the random weights give 150
+# to 200 frames a word): a model that speaks any text, as noise, for the tests of what is done
+# with its audio (files, the server's streams, whose chunks SPEAKING_CHUNK_SECONDS bounds to
+# 256 frames); about 2 minutes on 2 cores.
+SPEAKING_CONFIG = ["--config", 'targets=["llvm"]', "buckets=" + json.dumps(
+    {"bert": [16], "duration": [16], "text_encoder": [16], "f0n": [64, 256],
+     "decoder": [64, 256]})]
+SPEAKING_CHUNK_SECONDS = "6.4"
+
+
+@pytest.fixture(scope="session")
+def speaking_built(workflow, tmp_path_factory) -> Path:
+    """`snakemake all` on the tiny config with SPEAKING_CONFIG's buckets."""
+    return snakemake_once(tmp_path_factory, "speaking_built", "all", *SPEAKING_CONFIG,
+                          workflow=workflow)
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[Path]:
+    """An empty folder on a filesystem of its own of 1 MiB (a tmpfs, mounted for the test: it
+    needs root), for writes that meet a full disk (``fill``)."""
+    folder = tmp_path / "small_disk"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"mounting a tmpfs for a full disk needs root: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def fill(folder: Path) -> Path:
+    """``folder``'s filesystem filled to its last byte by one file, which is returned."""
+    filler = folder / "filler"
+    with open(filler, "wb", buffering=0) as out:
+        try:
+            while True:
+                out.write(b"\0" * 4096)
+        except OSError as err:
+            assert err.errno == errno.ENOSPC, err
+    return filler
 
 
 def apt_lock(tmp_path_factory) -> FileLock:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile
-from conftest import BIN, model_folder
+from conftest import BIN, fill, model_folder
 
 from kokoro_tvm import cli
 from kokoro_tvm.facts import SAMPLE_RATE
@@ -108,6 +108,30 @@ def test_failed_synthesis_leaves_the_existing_file(built, tmp_path):
     assert out.read_bytes() == b"earlier audio"
     assert subtitles.read_text() == "earlier subtitles"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["speech.srt", "speech.wav"]
+
+
+def test_a_full_disk_fails_in_one_line_and_leaves_the_existing_files(speaking_built,
+                                                                       small_disk):
+    """say to a file on a full filesystem: one line naming it, the output and subtitles from an
+    earlier run as they were, and no temporary file."""
+    out, subtitles = small_disk / "speech.wav", small_disk / "speech.srt"
+    out.write_bytes(b"earlier audio")
+    subtitles.write_text("earlier subtitles")
+    filler = fill(small_disk)
+    done = kokoro_tvm("say", "Good day.", "-o", str(out), "--subtitles", str(subtitles),
+                      "--model", str(model_folder(speaking_built)))
+    assert done.returncode == 2, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert line == (f"kokoro-tvm: error: cannot write {out}: the filesystem at {small_disk} is "
+                    "full (0.0 MB free): free some space there or write elsewhere")
+    assert "Traceback" not in done.stderr, done.stderr
+    assert out.read_bytes() == b"earlier audio"
+    assert subtitles.read_text() == "earlier subtitles"
+    assert sorted(small_disk.iterdir()) == sorted([filler, out, subtitles])
+    filler.unlink()  # with room again, the same command writes the audio
+    assert kokoro_tvm("say", "Good day.", "-o", str(out),
+                      "--model", str(model_folder(speaking_built))).returncode == 0
+    assert soundfile.info(str(out)).frames > 0
 
 
 def test_a_folder_for_a_cpu_this_one_falls_short_of_is_refused(built, tmp_path):

@@ -21,7 +21,7 @@ from pathlib import Path
 import conftest
 import numpy as np
 import yaml
-from conftest import REPO, TINY, edited, run_snakemake, workflow_lock
+from conftest import REPO, TINY, edited, fill, run_snakemake, workflow_lock
 
 from kokoro_tvm import paths
 from kokoro_tvm.atomic import sha256_file
@@ -230,6 +230,28 @@ def test_build_killed_while_writing_leaves_no_library_and_a_rerun_completes(buil
     assert not out.exists() and not meta.exists()
     subprocess.run(command, check=True, capture_output=True)
     assert out.stat().st_size > 0 and json.loads(meta.read_text())["bucket"] == 16
+
+
+def test_a_full_disk_under_an_artifact_fails_in_one_line_and_keeps_the_old_one(built,
+                                                                              small_disk):
+    """The params stage writing the decoder's weights to a full filesystem: one line naming
+    it, the artifact already there as it was, and no temporary file."""
+    old = small_disk / "decoder.npz"
+    old.write_bytes(b"an earlier build's params")
+    filler = fill(small_disk)
+    assets = built / "results/assets"
+    done = subprocess.run([sys.executable, str(REPO / "workflow_scripts/params.py"),
+                           "--checkpoint", str(assets / "kokoro-82m.pth"),
+                           "--model-config", str(assets / "config.json"),
+                           "--component", "decoder", "--out", str(old)],
+                          capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        f"error: cannot write {old}: the filesystem at {small_disk} is full (0.0 MB free): "
+        "free some space there or write elsewhere"), done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert old.read_bytes() == b"an earlier build's params"
+    assert sorted(small_disk.iterdir()) == sorted([filler, old])
 
 
 def test_failed_validation_names_the_library_and_writes_no_report(built, tmp_path):

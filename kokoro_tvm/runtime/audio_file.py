@@ -1,8 +1,9 @@
 """Audio files out: the format comes from the file name and is checked before any synthesis; the
 file is written under a temporary name and renamed, so a failed run leaves an existing file as
-it was."""
+it was (a full disk is one line naming it: atomic.DiskFull)."""
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -68,5 +69,9 @@ def write_audio(dest: str | os.PathLike, audio: np.ndarray) -> None:
     import soundfile
 
     fmt, subtype = check_output(dest)
+    # Encoded in memory, then written by Python: libsndfile reports a full disk as an
+    # unspecified error for some formats and not at all for others (a short file).
+    encoded = io.BytesIO()
+    soundfile.write(encoded, audio, SAMPLE_RATE, format=fmt, subtype=subtype)
     with atomic_path(dest) as tmp:
-        soundfile.write(tmp, audio, SAMPLE_RATE, format=fmt, subtype=subtype)
+        tmp.write_bytes(encoded.getvalue())
