@@ -36,3 +36,11 @@ def noise_key(seed: int):
     if not 0 <= seed <= MAX_SEED:
         raise ValueError(f"a noise seed is a whole number from 0 to {MAX_SEED}, not {seed}")
     return np.array([seed & 0xFFFFFFFF, seed >> 32], dtype=np.uint32)
+
+# A webgpu library is a JSON document of this format and version (compile/webgpu/plan.py writes
+# it, runtime/webgpu.py and the browser's module play it; docs/other-targets.md, WebGPU).
+WEBGPU_PLAN_FORMAT = "kokoro-tvm-webgpu-plan"
+WEBGPU_PLAN_VERSION = 1
+# The 32-bit type each tensor dtype is stored in there (WGSL has no 8- or 64-bit scalars).
+WEBGPU_STORAGE = {"bool": "int32", "int8": "int32", "uint8": "int32", "int64": "int32",
+                  "float32": "float32", "int32": "int32", "uint32": "uint32"}

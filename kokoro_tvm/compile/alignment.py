@@ -21,6 +21,7 @@ from tvm.script import tirx as T
 from kokoro_tvm.abi import ALIGN_FUNCTION, FRAME_TOKEN
 from kokoro_tvm.compile.library_functions import add_kernel_function, input_types
 from kokoro_tvm.components import ALIGNED_INPUTS, token_axis
+from kokoro_tvm.facts import MAX_TOKENS
 
 KERNEL_PREFIX = "align_frames_"
 THREADS_PER_BLOCK = 256
@@ -35,11 +36,11 @@ def _gather(source, frame_token, out, c, f, axis):
                                   else source[0, c, safe], T.float32(0))
 
 
-def align_kernel(channels: int, frames: int, axis: int, gpu: bool = False
-                 ) -> tvm.tirx.PrimFunc:
+def align_kernel(channels: int, frames: int, axis: int, gpu: bool = False,
+                 tokens: int | None = None) -> tvm.tirx.PrimFunc:
     """source [1, tokens, channels] (``axis`` 1) or [1, channels, tokens] (``axis`` 2), any
-    number of tokens; frame_token [frames] int32 -> out [1, channels, frames]: the CPU form
-    (channels in parallel) or the GPU form (a thread per value)."""
+    number of tokens (or ``tokens``); frame_token [frames] int32 -> out [1, channels, frames]:
+    the CPU form (channels in parallel) or the GPU form (a thread per value)."""
     blocks = -(-channels * frames // THREADS_PER_BLOCK)
 
     @T.prim_func(private=True)
@@ -60,12 +61,17 @@ def align_kernel(channels: int, frames: int, axis: int, gpu: bool = False
                 for f in range(frames):
                     _gather(source, frame_token, out, c, f, axis)
 
-    return align_frames
+    if tokens is None:
+        return align_frames
+    shape = (1, tokens, channels) if axis == 1 else (1, channels, tokens)
+    return align_frames.specialize({align_frames.params[0]: tvm.tirx.decl_buffer(shape)})
 
 
 def add_align_function(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """``mod`` with ``align(source, frame_token)`` added where a function takes an aligned
-    input, drawn by the target's form of the kernel."""
+    input, drawn by the target's form of the kernel. Its source takes any number of tokens,
+    except on webgpu, whose plans have static shapes: there it takes the largest token bucket
+    (``MAX_TOKENS`` and the pads), and the player pads a smaller source (runtime/webgpu.py)."""
     found = input_types(mod, ALIGNED_INPUTS)
     if not found:
         return mod
@@ -73,12 +79,13 @@ def add_align_function(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRMo
     source_name = ALIGNED_INPUTS[name]
     axis = token_axis(source_name)
     _, channels, frames = (int(d) for d in ty.shape)
-    tokens = tvm.tirx.Var("tokens", "int64")
+    static = MAX_TOKENS + 2 if target.kind.name == "webgpu" else None
+    tokens = tvm.tirx.Var("tokens", "int64") if static is None else static
     source_shape = (1, tokens, channels) if axis == 1 else (1, channels, tokens)
     params = [relax.Var(source_name, relax.TensorType(source_shape, "float32")),
               relax.Var(FRAME_TOKEN, relax.TensorType((frames,), "int32"))]
     return add_kernel_function(
         mod, ALIGN_FUNCTION, params,
-        align_kernel(channels, frames, axis, gpu="gpu" in target.keys),
+        align_kernel(channels, frames, axis, gpu="gpu" in target.keys, tokens=static),
         f"{KERNEL_PREFIX}{source_name}_{frames}", relax.TensorType((1, channels, frames),
                                                                   "float32"))

@@ -13,7 +13,7 @@ from kokoro_tvm.cpu import host_machine, host_system, machine_name
 from kokoro_tvm.facts import LSTM_METHOD_NAMES
 
 # GPU target kinds, each also the TVM device its libraries run on.
-GPU_KINDS = ("cuda", "metal")
+GPU_KINDS = ("cuda", "metal", "webgpu")
 # The host code of a metal library: Apple silicon's macOS (11 is the first for arm64), for the
 # CPU of the first Apple silicon Macs (the floor: every later one runs its code).
 MACOS_ARM64 = {"kind": "llvm", "mtriple": "aarch64-apple-macos11", "mcpu": "apple-m1"}
@@ -27,7 +27,7 @@ def device_kind(options: dict[str, Any]) -> str:
 
 # GPU kinds without float64 arithmetic: their kernels sum and reduce in float32 or integers
 # (compile/gpu/without_float64.py).
-WITHOUT_FLOAT64 = ("metal",)
+WITHOUT_FLOAT64 = ("metal", "webgpu")
 
 
 def host_options(options: dict[str, Any]) -> dict[str, Any] | None:

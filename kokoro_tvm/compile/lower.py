@@ -47,6 +47,9 @@ from kokoro_tvm.compile.alignment import add_align_function
 from kokoro_tvm.compile.branch_joins import separate_branch_joins
 from kokoro_tvm.compile.devices import WITHOUT_FLOAT64
 from kokoro_tvm.compile.noise import add_noise_function
+from kokoro_tvm.compile.webgpu.fusion import fuse_within
+from kokoro_tvm.compile.webgpu.limits import MAX_STORAGE_BUFFERS
+from kokoro_tvm.compile.webgpu.narrow import narrow_int64
 
 SKIPPED_PASSES = ("FoldConstant",)
 # Where each target kind's pass lists live. ``relax.pipeline.dataflow_lower_passes`` cannot be
@@ -54,7 +57,8 @@ SKIPPED_PASSES = ("FoldConstant",)
 # CUDA's lists schedule every PrimFunc with dlight's GPU rules after FuseTIR (compile/gpu/).
 BACKENDS = {"llvm": "tvm.relax.backend.cpu_generic.pipeline",
             "cuda": "tvm.relax.backend.cuda.pipeline",
-            "metal": "tvm.relax.backend.gpu_generic.pipeline"}
+            "metal": "tvm.relax.backend.gpu_generic.pipeline",
+            "webgpu": "tvm.relax.backend.gpu_generic.pipeline"}
 
 
 def passes(target: tvm.target.Target, schedule: bool = True, tuning_db: str | None = None,
@@ -76,7 +80,9 @@ def passes(target: tvm.target.Target, schedule: bool = True, tuning_db: str | No
              + backend.dataflow_lower_passes(target) + backend.finalize_passes(target))
     gpu = "cpu" not in target.keys
     float64 = target.kind.name not in WITHOUT_FLOAT64
-    chosen = [_gpu_kernels(float64)] if gpu else []
+    webgpu = target.kind.name == "webgpu"
+    chosen = [_gpu_kernels(float64, "int32" if webgpu else "int64")] if gpu else []
+    chosen += [narrow_int64] if webgpu else []
     if precision == "int8":
         from kokoro_tvm.compile.quantize import quantize_convs
 
@@ -91,6 +97,8 @@ def passes(target: tvm.target.Target, schedule: bool = True, tuning_db: str | No
             continue
         if p.info.name == "ApplyDefaultSchedule" and target.kind.name == "metal":
             p = _metal_default_schedules()
+        if p.info.name == "FuseOps" and webgpu:
+            p = fuse_within(MAX_STORAGE_BUFFERS)
         chosen.append(p)
         if p.info.name == "AnnotateTIROpPattern":
             chosen.append(separate_branch_joins)
@@ -166,7 +174,7 @@ def _distinct_outputs(transform: relax.Function, function: relax.Function
     return transform, function.bind_params(merged)
 
 
-def _gpu_kernels(float64: bool) -> tvm.transform.Pass:
+def _gpu_kernels(float64: bool, lengths: str) -> tvm.transform.Pass:
     """Our hand-written CPU kernels replaced by GPU ones (compile/gpu/lstm.py,
     compile/gpu/instance_norm.py; imported here only for GPU targets, so that CPU libraries do
     not depend on them); without ``float64``, the graph's float64 sum in fixed point
@@ -176,7 +184,7 @@ def _gpu_kernels(float64: bool) -> tvm.transform.Pass:
     from kokoro_tvm.compile.gpu.without_float64 import fixed_point_cumsum
 
     accumulator = "float64" if float64 else "float32"
-    return tvm.transform.Sequential([gpu_lstm_recurrence, gpu_instance_norm(accumulator),
+    return tvm.transform.Sequential([gpu_lstm_recurrence(lengths), gpu_instance_norm(accumulator),
                                      *([] if float64 else [fixed_point_cumsum])])
 
 
@@ -229,7 +237,11 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: bool = True,
     # between the first and last that touch the call's inputs and outputs): at these sizes a
     # call is otherwise bound by kernel launches.
     graphs = {"relax.backend.use_cuda_graph": "gpu" in target.keys}
-    mod = add_align_function(add_noise_function(mod, target), target)
+    # WebGPU has no 64-bit integers for the noise kernel's Philox products: its libraries take
+    # the host's noise, as CPU ones do.
+    if target.kind.name != "webgpu":
+        mod = add_noise_function(mod, target)
+    mod = add_align_function(mod, target)
     with target, tvm.transform.PassContext(config=graphs):
         return tvm.transform.Sequential(passes(target, schedule, tuning_db,
                                                precision=precision))(mod)

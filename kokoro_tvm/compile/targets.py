@@ -13,6 +13,7 @@ import tvm
 from tvm.target import codegen
 
 from kokoro_tvm.compile.devices import architecture, device_kind, host_options
+from kokoro_tvm.compile.webgpu.limits import MAX_WORKGROUP_BYTES
 from kokoro_tvm.cpu import CPU_EXTENSIONS, host_machine
 
 
@@ -39,6 +40,8 @@ def make_target(options: dict[str, Any]) -> tvm.target.Target:
     tvm_options = {k: v for k, v in resolve_options(options).items() if k not in OWN_KEYS}
     if (host := host_options(options)) is not None:
         tvm_options["host"] = host
+    if options["kind"] == "webgpu":  # TVM assumes 32 KiB; every device offers 16 KiB
+        tvm_options.setdefault("max_shared_memory_per_block", MAX_WORKGROUP_BYTES)
     return tvm.target.Target(tvm_options)
 
 

@@ -40,10 +40,10 @@ from kokoro_tvm.facts import (
     SAMPLES_PER_FRAME,
     STYLE_DIM,
 )
-from kokoro_tvm.runtime.devices import device
-from kokoro_tvm.runtime.library import Library, Transfers, Weights, release_pooled_memory
+from kokoro_tvm.runtime.devices import device, library_types
 from kokoro_tvm.runtime.model_folder import ModelFolder, ModelFolderError, build_command
 from kokoro_tvm.runtime.speech import ChunkTooLong
+from kokoro_tvm.runtime.transfers import Transfers
 
 
 class BucketMissing(ChunkTooLong, ModelFolderError):
@@ -57,10 +57,10 @@ class Buckets:
     component: str
     entries: dict[int, dict[str, Any]]
     folder: ModelFolder
-    weights: Weights
+    weights: Any  # runtime/library.Weights, or its WebGPU form
     allocator: str = "pooled"
     transfers: Transfers = field(default_factory=Transfers)
-    loaded: dict[int, Library] = field(default_factory=dict)
+    loaded: dict[int, Any] = field(default_factory=dict)
 
     def fit(self, size: int) -> int:
         fitting = [b for b in self.entries if b >= size]
@@ -73,11 +73,13 @@ class Buckets:
                 f"config.yaml and rebuild the folder: {build_command(self.folder.target)}")
         return min(fitting)
 
-    def library(self, bucket: int) -> Library:
+    def library(self, bucket: int):
         if bucket not in self.loaded:
             entry = self.entries[bucket]
-            self.loaded[bucket] = Library(self.folder.file(entry["library"]), self.weights,
-                                          entry["transforms"], self.allocator, self.transfers)
+            library_type, _ = library_types(entry["device"])
+            self.loaded[bucket] = library_type(self.folder.file(entry["library"]), self.weights,
+                                               entry["transforms"], self.allocator,
+                                               self.transfers)
         return self.loaded[bucket]
 
     def run(self, bucket: int, function: str, inputs: dict[str, object]) -> list[np.ndarray]:
@@ -100,7 +102,8 @@ class Buckets:
 
 
 def device_kind(folder: ModelFolder) -> str:
-    """The kind of device the folder's libraries run on (``cpu``, ``cuda`` or ``metal``)."""
+    """The kind of device the folder's libraries run on (``cpu``, ``cuda``, ``metal`` or
+    ``webgpu``)."""
     kinds = {entry["device"] for entry in folder.libraries}
     if len(kinds) != 1:
         raise ModelFolderError(f"{folder.path} mixes devices {sorted(kinds)}: rebuild it with: "
@@ -155,7 +158,8 @@ def load_components(folder: ModelFolder, lstm: str | None, kernels: Sequence[Pat
         if max_frames is not None and COMPONENTS[component].axis == "frames":
             chosen = {bucket: chosen[bucket] for bucket in buckets_within(chosen, max_frames)}
         params = folder.file(next(iter(chosen.values()))["params"])
-        components[component] = Buckets(component, chosen, folder, Weights(params, device),
+        _, weights_type = library_types(device_kind(folder))
+        components[component] = Buckets(component, chosen, folder, weights_type(params, device),
                                          allocator, transfers)
     return components
 
@@ -387,7 +391,10 @@ class TvmEngine:
         bucket = self.components["decoder"].fit(frames)
         library = self.components["decoder"].library(bucket)
         if bucket != self._decoder_bucket:
-            release_pooled_memory()
+            if device_kind(self.folder) != "webgpu":  # TVM's pools: runtime/library.py
+                from kokoro_tvm.runtime.library import release_pooled_memory
+
+                release_pooled_memory()
             self._decoder_bucket = bucket
         with self._stage("noise"):  # on the host: what f0n did not hide
             if prosody.noise is None:  # drawn by the library, on its device, whole bucket

@@ -17,8 +17,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
-import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -39,6 +37,7 @@ import tvm  # noqa: E402 - after the thread count is set
 from tvm.runtime.vm import VirtualMachine  # noqa: E402
 
 from kokoro_tvm.abi import TRANSFORM_SUFFIX  # noqa: E402
+from kokoro_tvm.runtime.transfers import Transfers  # noqa: E402
 
 _CLEAR_POOLS = "vm.builtin.memory_manager.clear"
 _LIBC = ctypes.CDLL(None)
@@ -106,49 +105,6 @@ class Weights:
     def __getitem__(self, name: str):
         """A new device tensor of weight ``name``, as stored (not kept here)."""
         return tvm.runtime.tensor(np.ascontiguousarray(self.arrays[name]), self.device)
-
-
-@dataclass
-class Transfers:
-    """Copies between the host and a device, made through it: how many, their bytes, and the
-    seconds they took (a copy to the host waits for the device's queued work first, so on a
-    GPU its seconds include the device time not yet overlapped)."""
-
-    to_device: int = 0
-    to_device_bytes: int = 0
-    to_device_seconds: float = 0.0
-    to_host: int = 0
-    to_host_bytes: int = 0
-    to_host_seconds: float = 0.0
-
-    def upload(self, array: np.ndarray, device):
-        """``array`` as a new tensor on ``device``."""
-        started = time.perf_counter()
-        array = np.ascontiguousarray(array)
-        tensor = tvm.runtime.tensor(array, device)
-        self.to_device += 1
-        self.to_device_bytes += array.nbytes
-        self.to_device_seconds += time.perf_counter() - started
-        return tensor
-
-
-    def download(self, tensor) -> np.ndarray:
-        """``tensor`` as a numpy array."""
-        started = time.perf_counter()
-        array = tensor.numpy()
-        self.to_host += 1
-        self.to_host_bytes += array.nbytes
-        self.to_host_seconds += time.perf_counter() - started
-        return array
-
-    def since(self, before: "Transfers") -> "Transfers":
-        """What was copied after ``before`` (an earlier copy of this)."""
-        now, then = asdict(self), asdict(before)
-        return Transfers(**{key: now[key] - then[key] for key in now})
-
-    def add(self, other: "Transfers") -> None:
-        for key, value in asdict(other).items():
-            setattr(self, key, getattr(self, key) + value)
 
 
 class Library:

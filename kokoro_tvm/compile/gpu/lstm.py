@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
+from tvm import relax
 from tvm.script import tirx as T
 
 from kokoro_tvm.compile import fastmath
@@ -60,7 +61,8 @@ class StepKernels:
 DEFAULT_KERNEL: StepKernels | None = None
 
 
-def recurrence_kernel_gpu(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimFunc:
+def recurrence_kernel_gpu(batch: int, steps: int, hidden: int, lengths_dtype: str = "int64"
+                          ) -> tvm.tirx.PrimFunc:
     """The GPU recurrence for ``batch`` sequences of ``steps`` steps and ``hidden`` units."""
     if hidden > MAX_THREADS:
         raise ValueError(f"the GPU LSTM kernel runs a thread per hidden unit: hidden {hidden} "
@@ -70,7 +72,7 @@ def recurrence_kernel_gpu(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimF
     @T.prim_func(private=True)
     def packed_lstm_recurrence_gpu(xproj: T.Buffer((B, S, 2, G), "float32"),
                                    w_hh_t: T.Buffer((2, H, G), "float32"),
-                                   lengths: T.Buffer((B,), "int64"),
+                                   lengths: T.Buffer((B,), lengths_dtype),
                                    out: T.Buffer((B, S, 2 * H), "float32")):
         T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
         for d in T.thread_binding(2, thread="blockIdx.x"):
@@ -83,7 +85,7 @@ def recurrence_kernel_gpu(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimF
                     c[0] = T.float32(0)
                     for s in range(S):
                         t: T.let[T.int64] = T.Select(d == 0, T.int64(s), T.int64(S - 1 - s))
-                        if t < lengths[b]:
+                        if t < T.Cast("int64", lengths[b]):
                             for q in T.unroll(4):
                                 acc[q] = xproj[b, t, d, q * H + j]
                             T.tvm_storage_sync("shared")  # the previous step's h is complete
@@ -101,8 +103,8 @@ def recurrence_kernel_gpu(batch: int, steps: int, hidden: int) -> tvm.tirx.PrimF
     return packed_lstm_recurrence_gpu
 
 
-def recurrence_kernel_gpu_steps(batch: int, steps: int, hidden: int, kernel: StepKernels
-                                ) -> tvm.tirx.PrimFunc:
+def recurrence_kernel_gpu_steps(batch: int, steps: int, hidden: int, kernel: StepKernels,
+                                lengths_dtype: str = "int64") -> tvm.tirx.PrimFunc:
     """The GPU recurrence as a kernel per step (``StepKernels``). Each launch runs three phases,
     each a loop over the block's threads (TVM puts a barrier between them): load the previous
     h into shared memory; partial gate sums over the thread's k slice; per unit, the gates'
@@ -115,7 +117,7 @@ def recurrence_kernel_gpu_steps(batch: int, steps: int, hidden: int, kernel: Ste
     @T.prim_func(private=True)
     def packed_lstm_recurrence_gpu_steps(xproj: T.Buffer((B, S, 2, G), "float32"),
                                          w_hh_t: T.Buffer((2, H, G), "float32"),
-                                         lengths: T.Buffer((B,), "int64"),
+                                         lengths: T.Buffer((B,), lengths_dtype),
                                          out: T.Buffer((B, S, 2 * H), "float32")):
         T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
         for b in range(B):
@@ -152,7 +154,7 @@ def recurrence_kernel_gpu_steps(batch: int, steps: int, hidden: int, kernel: Ste
                                 gates[q] = xproj[b, t, d, q * H + j]
                                 for r in range(SLICES):
                                     gates[q] = gates[q] + partial[r, q, tx]
-                            if t < lengths[b]:
+                            if t < T.Cast("int64", lengths[b]):
                                 # this unit's c, parked here by the step before
                                 c[0] = (fastmath.sigmoid(gates[1]) * T.if_then_else(
                                     s == 0, T.float32(0), out[b, t, d * H + j])
@@ -175,12 +177,43 @@ def _shape(func: tvm.tirx.PrimFunc) -> tuple[int, int, int]:
     return batch, steps, int(w_hh_t.shape[1])
 
 
-@tvm.transform.module_pass(opt_level=0, name="GpuLstmRecurrence")
-def gpu_lstm_recurrence(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    """Every ``tir_vec`` recurrence kernel of ``mod`` replaced by the GPU kernel
-    (``DEFAULT_KERNEL``'s form)."""
-    for gvar, func in list(mod.functions_items()):
-        if isinstance(func, tvm.tirx.PrimFunc) and gvar.name_hint.startswith(VEC_KERNEL_PREFIX):
-            mod[gvar] = (recurrence_kernel_gpu(*_shape(func)) if DEFAULT_KERNEL is None
-                         else recurrence_kernel_gpu_steps(*_shape(func), DEFAULT_KERNEL))
-    return mod
+@relax.expr_functor.mutator
+class _CallOther(relax.PyExprMutator):
+    def __init__(self, renamed: dict):
+        super().__init__()
+        self.renamed = renamed
+
+    def visit_global_var_(self, gvar):
+        return self.renamed.get(gvar, gvar)
+
+
+def _with_kernels(mod: tvm.IRModule, kernels: dict) -> tvm.IRModule:
+    """``mod`` with each of ``kernels``' globals bound to its new kernel. Under a new global of
+    the same name: a global keeps the type of its first function, and the kernel's may differ
+    (its lengths' dtype)."""
+    kept = mod.clone()
+    for gvar in kernels:
+        del kept[gvar]
+    builder = relax.BlockBuilder(kept)
+    renamed = {gvar: builder.add_func(kernel, gvar.name_hint) for gvar, kernel in kernels.items()}
+    for gvar, func in kept.functions_items():
+        if isinstance(func, relax.Function):
+            builder.update_func(gvar, _CallOther(renamed).visit_expr(func))
+    return builder.get()
+
+
+def gpu_lstm_recurrence(lengths: str = "int64") -> tvm.transform.Pass:
+    """Every ``tir_vec`` recurrence kernel of a module replaced by the GPU kernel
+    (``DEFAULT_KERNEL``'s form), taking the sequence lengths as ``lengths`` (int32 where the
+    graph has no int64: webgpu/narrow.py)."""
+
+    @tvm.transform.module_pass(opt_level=0, name="GpuLstmRecurrence")
+    def swap(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        kernels = {gvar: (recurrence_kernel_gpu(*_shape(func), lengths) if DEFAULT_KERNEL is None
+                          else recurrence_kernel_gpu_steps(*_shape(func), DEFAULT_KERNEL, lengths))
+                   for gvar, func in mod.functions_items()
+                   if isinstance(func, tvm.tirx.PrimFunc)
+                   and gvar.name_hint.startswith(VEC_KERNEL_PREFIX)}
+        return _with_kernels(mod, kernels)
+
+    return swap

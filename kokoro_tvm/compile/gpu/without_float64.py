@@ -1,13 +1,15 @@
-"""What our graphs compute in float64, for GPUs that have none (Metal).
+"""What our graphs compute in float64, for GPUs that have none (Metal, WebGPU).
 
 The sine generator's phase is a cumulative sum summed in float64 (model/patches.py: float32 sums
 put ten times PyTorch's phase error into the source at 768 frames). Without float64 it is summed
-in fixed point instead: each float32 increment (a fraction of a turn, below 2) times 2^40,
-rounded to an int64, summed exactly, and the sum turned back into float32 with one rounding, as
-PyTorch's float64 sum is. Each increment is off by at most 2^-41 turns, the sum of 4,096 (the
-longest bucket's) by at most 2^-29: far below float32's rounding of the phase itself. The other
-float64 computations have float32 forms chosen where they are made: sin and cos
-(schedules/math.py, WITHOUT_FLOAT64) and the InstanceNorm's sums (gpu/instance_norm.py).
+in fixed point instead, in int32 alone (WGSL has no 64-bit integers): each float32 increment (a
+fraction of a turn, below 2) is split exactly into its multiples of 2^-17 and the rest, rounded
+to multiples of 2^-35; both parts are summed exactly in int32, the second's carries moved into
+the first, and the sum turned back into float32 as PyTorch's float64 sum is, within one
+rounding. Each increment is off by at most 2^-36 turns, the sum of 4,096 (the longest bucket's)
+by at most 2^-24; int32 holds the sums of up to ``MAX_STEPS`` increments. The other float64
+computations have float32 forms chosen where they are made: sin and cos (schedules/math.py,
+WITHOUT_FLOAT64) and the InstanceNorm's sums (gpu/instance_norm.py).
 """
 from __future__ import annotations
 
@@ -15,15 +17,26 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
-FIXED_POINT_BITS = 40
+WHOLE_BITS = 17  # the first part: multiples of 2^-17 turns (increments below 2: under 2^18)
+REST_BITS = 18  # the rest, below 2^-17, in multiples of 2^-35
+# Increments whose parts' sums stay inside int32 (each part under 2^18).
+MAX_STEPS = 2 ** (31 - 18)
 
 
 def _fixed_point_cumsum(x: relax.Expr, axis) -> relax.Expr:
-    scale = relax.const(float(2 ** FIXED_POINT_BITS), "float32")
-    steps = relax.op.astype(relax.op.round(relax.op.multiply(x, scale)), "int64")
-    sums = relax.op.cumsum(steps, axis=axis)
-    return relax.op.multiply(relax.op.astype(sums, "float32"),
-                             relax.const(2.0 ** -FIXED_POINT_BITS, "float32"))
+    op, const = relax.op, relax.const
+    scaled = op.multiply(x, const(float(2 ** WHOLE_BITS), "float32"))
+    whole = op.floor(scaled)
+    rest = op.astype(op.round(op.multiply(op.subtract(scaled, whole),
+                                          const(float(2 ** REST_BITS), "float32"))), "int32")
+    wholes = op.cumsum(op.astype(whole, "int32"), axis=axis, dtype="int32")
+    rests = op.cumsum(rest, axis=axis, dtype="int32")
+    carried = op.add(wholes, op.right_shift(rests, const(REST_BITS, "int32")))
+    remainder = op.bitwise_and(rests, const(2 ** REST_BITS - 1, "int32"))
+    return op.add(op.multiply(op.astype(carried, "float32"),
+                              const(2.0 ** -WHOLE_BITS, "float32")),
+                  op.multiply(op.astype(remainder, "float32"),
+                              const(2.0 ** -(WHOLE_BITS + REST_BITS), "float32")))
 
 
 @tvm.transform.module_pass(opt_level=0, name="FixedPointCumsum")
@@ -40,6 +53,9 @@ def fixed_point_cumsum(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         if (x.ty.dtype != "float32" or matches[widened].ty.dtype != "float64"
                 or call.ty.dtype != "float32" or cumsum.attrs.exclusive):
             return call
+        if int(x.ty.shape[int(cumsum.attrs.axis)]) > MAX_STEPS:
+            raise ValueError(f"the fixed-point phase sum holds at most {MAX_STEPS} steps, "
+                             f"not {x.ty.shape[int(cumsum.attrs.axis)]}: use smaller buckets")
         return _fixed_point_cumsum(x, cumsum.attrs.axis)
 
     for gvar, func in list(mod.functions_items()):
