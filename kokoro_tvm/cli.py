@@ -70,6 +70,12 @@ class ProgressBar:
             self.shown = False
 
 
+def _engine_name(args, tts) -> str:
+    """The engine, and for ours the device it runs on (a WebGPU adapter by name)."""
+    device = getattr(tts.engine, "device_name", None)
+    return f"{args.engine} engine on {device}" if device else f"{args.engine} engine"
+
+
 def _progress_bar(args: argparse.Namespace) -> ProgressBar | None:
     """Shown when asked for, or by default on a terminal when no chunk lines are printed."""
     wanted = args.progress
@@ -143,7 +149,7 @@ def say(args: argparse.Namespace) -> int:
     if args.subtitles is not None:
         print(f"{args.subtitles}: {cues} subtitles of {len(words)} words", file=sys.stderr)
     print(f"{args.output}: {seconds:.2f} s of audio in {spent:.2f} s (real-time factor "
-          f"{spent / seconds:.3f}, {args.engine})", file=sys.stderr)
+          f"{spent / seconds:.3f}, {_engine_name(args, tts)})", file=sys.stderr)
     if args.verbose:
         print(f"  load {loaded - started:.2f} s, first audio after {first_audio:.2f} s",
               file=sys.stderr)
@@ -207,7 +213,7 @@ def serve(args: argparse.Namespace) -> int:
     tts = ready_model(folder, engine=_engine(args, folder), lstm=args.lstm,
                       max_frames=chunk_frames(args.max_chunk_seconds))
     print(f"kokoro-tvm: {folder.path} ready in {time.perf_counter() - started:.1f} s "
-          f"({len(tts.voices)} voices, {args.engine} engine)", file=sys.stderr)
+          f"({len(tts.voices)} voices, {_engine_name(args, tts)})", file=sys.stderr)
     run_server(tts, args.host, args.port, limits, args.api_key, args.grace_period,
                args.send_timeout, args.trusted_proxy)
     return 0

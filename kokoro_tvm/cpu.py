@@ -95,11 +95,18 @@ def lacking_cpu_extensions(extensions: Iterable[str]) -> list[str]:
     return [] if have is None else sorted(set(extensions) - have)
 
 
+# The architecture and system of code with no host part, which any machine runs (a webgpu
+# library's launch plans).
+ANY_MACHINE = "any"
+
+
 def cannot_run_reason(architecture: str, cpu: dict[str, Any], system: str | None = None
                       ) -> str | None:
     """Why this machine cannot run code compiled for ``architecture`` and ``cpu`` (its mcpu and
     the CPU_EXTENSIONS that code may use, as compile/targets.cpu_of gives and manifests record)
     on ``system`` (this machine's where None); None when it can."""
+    if architecture == ANY_MACHINE:
+        return None
     here, here_system = host_machine(), host_system()
     system = system or here_system
     if (architecture, system) != (here, here_system):

@@ -154,6 +154,20 @@ def per_library(pattern, target):
     return [pattern.format(target=target, **dims) for dims in library_dims(target)]
 
 
+def targets_pattern(webgpu):
+    """A wildcard pattern of the configured targets whose libraries are (``webgpu``) or are not
+    WebGPU launch plans; one that matches nothing where there are none."""
+    names = [t for t, options in setting("target_options").items()
+             if (device_kind(options) == "webgpu") == webgpu]
+    return "|".join(names) or "(?!)"
+
+
+def library_file(wildcards):
+    """A library's file: a shared library, or for webgpu its launch plans."""
+    webgpu = device_kind(setting(f"target_options.{wildcards.target}")) == "webgpu"
+    return (paths.PLAN if webgpu else paths.LIBRARY).format(**wildcards)
+
+
 def target_options_of(wildcards):
     """A job's target's TVM options as JSON, passed as a param so that changing them rebuilds
     that target only."""

@@ -3,7 +3,7 @@
 
 rule validate:
     input:
-        library=rules.build.output.library,
+        library=library_file,
         params=rules.params.output.npz,
         reference=reference_if_runnable,
         code=component_code("validate.py"),

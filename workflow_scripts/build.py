@@ -21,7 +21,8 @@ def main() -> None:
     parser.add_argument("--component", required=True, choices=COMPONENT_NAMES)
     add_lstm_argument(parser)
     parser.add_argument("--bucket", required=True, type=int)
-    parser.add_argument("--out", required=True, help=paths.LIBRARY)
+    parser.add_argument("--out", required=True,
+                        help=f"{paths.LIBRARY}, or for webgpu {paths.PLAN}")
     parser.add_argument("--out-meta", required=True, help=paths.LIBRARY_META)
     args = parser.parse_args()
     without_torch()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import time
 from pathlib import Path
@@ -106,6 +107,32 @@ def embedded_constant_bytes(mod: tvm.IRModule) -> int:
     return sum(sizes)
 
 
+def _facts(lowered_mod: tvm.IRModule, target: tvm.target.Target, start: float, size: int
+           ) -> dict[str, Any]:
+    return {
+        "build_seconds": round(time.perf_counter() - start, 3),
+        "library_bytes": size,
+        "embedded_constant_bytes": embedded_constant_bytes(lowered_mod),
+        "target": str(target),
+        "functions": signature(lowered_mod),
+    }
+
+
+def build_webgpu_library(lowered_mod: tvm.IRModule, target: tvm.target.Target,
+                         out: str | os.PathLike) -> dict[str, Any]:
+    """A webgpu library (compile/webgpu/plan.py: WGSL and launch plans, checked against
+    WebGPU's default limits) written to ``out`` atomically; returns build facts as
+    ``build_library``."""
+    from kokoro_tvm.compile.webgpu.plan import build_plan
+
+    start = time.perf_counter()
+    plan = build_plan(lowered_mod, target)
+    with atomic_path(out) as tmp:
+        tmp.write_text(json.dumps(plan, sort_keys=True), encoding="utf-8")
+        size = tmp.stat().st_size
+    return _facts(lowered_mod, target, start, size)
+
+
 def build_library(lowered_mod: tvm.IRModule, target: tvm.target.Target,
                   out_so: str | os.PathLike, cross_linker: list[str] | None = None,
                   system: str = "linux") -> dict[str, Any]:
@@ -131,10 +158,4 @@ def build_library(lowered_mod: tvm.IRModule, target: tvm.target.Target,
 
             check_library(tmp)
         size = tmp.stat().st_size
-    return {
-        "build_seconds": round(time.perf_counter() - start, 3),
-        "library_bytes": size,
-        "embedded_constant_bytes": embedded_constant_bytes(lowered_mod),
-        "target": str(target),
-        "functions": signature(lowered_mod),
-    }
+    return _facts(lowered_mod, target, start, size)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from kokoro_tvm.cpu import host_machine, host_system, machine_name
+from kokoro_tvm.cpu import ANY_MACHINE, host_machine, host_system, machine_name
 from kokoro_tvm.facts import LSTM_METHOD_NAMES
 
 # GPU target kinds, each also the TVM device its libraries run on.
@@ -40,6 +40,8 @@ def host_options(options: dict[str, Any]) -> dict[str, Any] | None:
 def operating_system(options: dict[str, Any]) -> str:
     """The operating system a target's libraries load on: ``macos`` for an Apple triple (or a
     metal target), else this machine's for a native target, else ``linux``."""
+    if options["kind"] == "webgpu":
+        return ANY_MACHINE
     host = host_options(options) or options
     triple = host.get("mtriple")
     if triple is None:
@@ -77,7 +79,9 @@ def library_precision(options: dict[str, Any], component: str, bucket: int) -> s
 
 def cpu_architecture(options: dict[str, Any]) -> str:
     """The CPU (``x86_64``, ``aarch64``) a target's host code is for: its (or its fixed host's)
-    ``mtriple``, or this machine's."""
+    ``mtriple``, or this machine's; ``ANY_MACHINE`` for webgpu, which has none."""
+    if options["kind"] == "webgpu":
+        return ANY_MACHINE
     triple = (host_options(options) or options).get("mtriple")
     if not triple or device_kind(options) == "cuda":
         return host_machine()
@@ -89,14 +93,16 @@ def architecture(options: dict[str, Any]) -> str:
     ``mtriple`` or this machine, or the GPU (``cuda:sm_90``, ``metal``)."""
     if device_kind(options) == "cuda":
         return f"cuda:{options.get('arch', 'unknown')}"
-    if device_kind(options) == "metal":
-        return "metal"
+    if device_kind(options) in ("metal", "webgpu"):
+        return device_kind(options)
     return cpu_architecture(options)
 
 
 def is_cross(options: dict[str, Any]) -> bool:
     """Whether a target's host code is for another CPU architecture or operating system than
     this machine's."""
+    if options["kind"] == "webgpu":
+        return False
     return (cpu_architecture(options), operating_system(options)) != (host_machine(),
                                                                        host_system())
 

@@ -27,6 +27,14 @@ def cannot_run_reason(options: dict[str, Any]) -> str | None:
         from kokoro_tvm.compile.gpu import cuda_available
 
         return None if cuda_available() else "no CUDA device"
+    if device_kind(options) == "webgpu":
+        from kokoro_tvm.runtime.webgpu import WebGpuError, webgpu_device
+
+        try:
+            webgpu_device()
+        except WebGpuError as err:
+            return str(err)
+        return None
     if is_cross(options):
         return cpu.cannot_run_reason(cpu_architecture(options), {"extensions": []},
                                      operating_system(options))

@@ -50,6 +50,8 @@ def cpu_of(options: dict[str, Any]) -> dict[str, Any]:
     and the instruction-set extensions (cpu.CPU_EXTENSIONS) that mcpu implies, which the code
     may use. A cuda target's host code is for the generic CPU of this architecture, a metal
     target's for its fixed host (Apple silicon)."""
+    if device_kind(options) == "webgpu":  # no host code
+        return {"mcpu": None, "extensions": []}
     if device_kind(options) == "cuda":
         cpu, machine, mcpu = tvm.target.Target("llvm"), host_machine(), None
     elif (host := host_options(options)) is not None:

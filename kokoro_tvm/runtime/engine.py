@@ -251,6 +251,9 @@ class TvmEngine:
         self.components = load_components(self.folder, lstm, kernels, allocator, max_frames,
                                           self.transfers)
         self.device = self.components["decoder"].weights.device
+        # Where the libraries run, in words (a WebGPU adapter names itself).
+        self.device_name = (self.device.describe() if hasattr(self.device, "describe")
+                            else str(self.device))
         if noise is None:
             noise = LIBRARY_NOISE if device_kind(self.folder) == "cuda" else numpy_noise
         self._check_functions(noise == LIBRARY_NOISE)

@@ -58,7 +58,8 @@ class WebGpuDevice:
         try:
             adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
         except Exception as err:  # noqa: BLE001 - no driver: wgpu raises its own kinds
-            raise WebGpuError(f"no WebGPU adapter found ({err}): {INSTALL_HINT}") from err
+            # wgpu's message lists every backend over several lines: the fix is what matters.
+            raise WebGpuError(f"no WebGPU adapter found: {INSTALL_HINT}") from err
         if adapter is None:
             raise WebGpuError(f"no WebGPU adapter found: {INSTALL_HINT}")
         self.wgpu = wgpu

@@ -18,8 +18,8 @@ def build(lowered_json: PathLike, params: PathLike, target_name: str,
           target_options: dict[str, Any], dims: dict[str, Any], out_so: PathLike,
           out_meta: PathLike) -> dict[str, Any]:
     """A lowered module generated and linked into a code-only library
-    (results/lib/{target}/...), with its .meta.json."""
-    from kokoro_tvm.compile.build import build_library
+    (results/lib/{target}/...; for webgpu, its WGSL and launch plans), with its .meta.json."""
+    from kokoro_tvm.compile.build import build_library, build_webgpu_library
     from kokoro_tvm.compile.devices import (
         architecture,
         cpu_architecture,
@@ -35,7 +35,10 @@ def build(lowered_json: PathLike, params: PathLike, target_name: str,
     for name in IMPORT_FIGURES:  # timings must not reach the library: builds stay reproducible
         mod = mod.without_attr(f"kokoro_tvm.{name}")
     system = operating_system(target_options)
-    info = build_library(mod, target, out_so, cross_linker(target_options), system)
+    if device_kind(target_options) == "webgpu":
+        info = build_webgpu_library(mod, target, out_so)
+    else:
+        info = build_library(mod, target, out_so, cross_linker(target_options), system)
     meta = {
         **dims, **info,
         "target": target_name, "target_string": str(target), "library": str(out_so),

@@ -75,7 +75,8 @@ def write_dist(manifest: PathLike, model_config: PathLike, voices: list[PathLike
             if entry["passed"] is not True and entry["validation_status"] != "skipped":
                 left_out.append({**dims, "validation_status": entry["validation_status"]})
                 continue
-            library = paths.MODEL_LIBRARY.format(**dims)
+            library = (paths.MODEL_PLAN if entry["device"] == "webgpu"
+                       else paths.MODEL_LIBRARY).format(**dims)
             params = paths.MODEL_PARAMS.format(component=entry["component"])
             _place(work / entry["library"], tmp, library, files)
             if params not in files:

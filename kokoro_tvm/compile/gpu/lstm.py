@@ -11,8 +11,8 @@ lengths [B] -> out [B, T, 2H], packed-sequence semantics):
   previous h, read from shared memory (a broadcast) while the weights w_hh_t[d, k, q*H + j] are
   read coalesced across threads; then it updates its own cell state (a register) and, after a
   barrier (everyone has read h), writes h[j]; the next step's barrier makes it visible;
-- a step beyond a sequence's length writes zeros (the branch is the same for the whole block,
-  so the barriers inside it are safe).
+- a step beyond a sequence's length writes zeros and leaves the state as it is; the barriers
+  stay outside that branch (WGSL requires barriers in uniform control flow).
 
 A second form (``StepKernels``) launches a kernel per step instead, each spreading the step's
 gates over many thread blocks, so that no block streams a whole direction's recurrent weights
@@ -85,16 +85,20 @@ def recurrence_kernel_gpu(batch: int, steps: int, hidden: int, lengths_dtype: st
                     c[0] = T.float32(0)
                     for s in range(S):
                         t: T.let[T.int64] = T.Select(d == 0, T.int64(s), T.int64(S - 1 - s))
-                        if t < T.Cast("int64", lengths[b]):
+                        in_sequence: T.let[T.bool] = t < T.Cast("int64", lengths[b])
+                        # Barriers outside the branches: WGSL requires them in uniform control
+                        # flow, and the lengths are data.
+                        T.tvm_storage_sync("shared")  # the previous step's h is complete
+                        if in_sequence:
                             for q in T.unroll(4):
                                 acc[q] = xproj[b, t, d, q * H + j]
-                            T.tvm_storage_sync("shared")  # the previous step's h is complete
                             for k in range(H):
                                 for q in T.unroll(4):
                                     acc[q] = acc[q] + h[k] * w_hh_t[d, k, q * H + j]
                             c[0] = (fastmath.sigmoid(acc[1]) * c[0]
                                     + fastmath.sigmoid(acc[0]) * fastmath.tanh(acc[2]))
-                            T.tvm_storage_sync("shared")  # every thread has read h
+                        T.tvm_storage_sync("shared")  # every thread has read h
+                        if in_sequence:
                             h[j] = fastmath.sigmoid(acc[3]) * fastmath.tanh(c[0])
                             out[b, t, d * H + j] = h[j]
                         else:
