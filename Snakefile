@@ -42,8 +42,8 @@ rule mac_check:
         paths.MAC_CHECK,
 
 
-# Benchmarks: not part of `all`; `snakemake bench_lstm` (or bench_components, bench_e2e, bench_serve) builds what they
-# need and times it.
+# Benchmarks: not part of `all`; `snakemake bench_lstm` (or bench_components, bench_e2e, bench_serve,
+# bench_slow_readers) builds what they need and times it.
 rule bench_lstm:
     input:
         per_runnable_target(paths.BENCH_LSTM),
@@ -62,6 +62,11 @@ rule bench_e2e:
 rule bench_serve:
     input:
         per_runnable_target(paths.BENCH_SERVE),
+
+
+rule bench_slow_readers:
+    input:
+        per_runnable_target(paths.BENCH_SLOW_READERS),
 
 
 # Everything `snakemake --report report.html all figures` shows beyond validation.

@@ -108,3 +108,26 @@ rule bench_serve_target:
     shell:
         "python {input.script} --model {input.model} --threads {threads}"
         " {params.runtime_python} --out-json {output.json} > {log} 2>&1"
+
+
+# See kokoro_tvm.measure.bench_slow_readers.
+rule bench_slow_readers_target:
+    input:
+        model=rules.dist.output.folder,
+        code=code_inputs("bench_slow_readers.py"),
+        script=script("bench_slow_readers.py"),
+    output:
+        json=paths.BENCH_SLOW_READERS,
+    params:
+        versions=versions("apache-tvm", "uvicorn", "starlette", "av"),
+        runtime_python=cli_args(runtime_python=setting("report.runtime_python")),
+    threads: job_threads
+    log:
+        "logs/bench/slow_readers/{target}.log",
+    benchmark:
+        "benchmarks/bench/slow_readers/{target}.tsv"
+    conda:
+        "../envs/kokoro-tvm.yaml"
+    shell:
+        "python {input.script} --model {input.model} --threads {threads}"
+        " {params.runtime_python} --out-json {output.json} > {log} 2>&1"

@@ -379,6 +379,8 @@ def test_an_error_in_synthesis_reaches_its_request_alone():
     (["--max-chars", "0"], "--max-chars must be more than 0"),
     (["--timeout", "nan"], "--timeout must be more than 0"),
     (["--port", "70000"], "--port 70000 is not a port number"),
+    (["--send-timeout", "0"], "--send-timeout must be more than 0"),
+    (["--trusted-proxy", "nginx"], "--trusted-proxy nginx is not an IP address or network"),
     (["--model", "/nonexistent/model"], "/nonexistent/model is not a model folder"),
 ])
 def test_serve_options_are_checked_before_the_model_loads(options, message):
