@@ -376,11 +376,13 @@ def aarch64_env(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def other_built(built, workflow, aarch64_env, tmp_path_factory) -> Path:
-    """The tiny config's libraries of the other targets (cuda, aarch64, macos_arm64, metal)
-    beside its llvm ones, in a copy of ``built`` (so that no test sees ``built`` change under
-    it; the same workflow copy, so that the llvm build stays up to date); the aarch64 ones need
-    the cross linker, the cuda ones nvcc (left out without it: the tests of them skip)."""
+    """The tiny config's libraries of the other targets (cuda, aarch64, macos_arm64, metal, and
+    webgpu, which runs here on WebGPU's adapter) beside its llvm ones, in a copy of ``built``
+    (so that no test sees ``built`` change under it; the same workflow copy, so that the llvm
+    build stays up to date); the aarch64 ones need the cross linker, the cuda ones nvcc (left
+    out without it: the tests of them skip)."""
     targets = [t for t in OTHER_TARGETS if t != "cuda" or find_nvcc() is not None]
+    targets.append("webgpu")
 
     def make(folder: Path) -> str:
         shutil.copytree(built, folder, symlinks=True)

@@ -1,0 +1,184 @@
+"""The webgpu target (docs/other-targets.md, WebGPU): the tiny build's launch plans, validated
+against PyTorch on this machine's WebGPU adapter (Mesa's lavapipe here: a CPU driver, so this
+says nothing of a GPU's speed), within WebGPU's default limits, and spoken beside llvm.
+
+- Every library of the tiny build's webgpu folder was validated by the validate rule on this
+  machine's adapter, its kernels within the default limits (checked again from the plan); so
+  was every component of the real weights at one bucket.
+- A kernel over 8 storage buffers is refused at build time in one line naming it and the limit;
+  fusion keeps a wide elementwise chain within 8 where FuseOps alone would not.
+- The engine speaks from the webgpu folder as from the llvm one (same seed): the validation's
+  SNR and log-mel bars; the player refuses a plan of another format, and a machine with no
+  adapter is told what to install, in one line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import tvm
+from conftest import BIN, TINY_IDS, TINY_SPEED, model_folder, run_workflow
+from tvm import relax, te
+from tvm.script import relax as R
+
+from kokoro_tvm import paths
+from kokoro_tvm.compile.targets import make_target
+from kokoro_tvm.compile.webgpu import limits
+from kokoro_tvm.compile.webgpu.fusion import _bindings, fuse_within
+from kokoro_tvm.compile.webgpu.plan import build_plan, describe_kernel
+from kokoro_tvm.facts import COMPONENT_NAMES
+from kokoro_tvm.measure.metrics import SPECTRAL_TOLERANCES, log_mel_l1, snr_db
+from kokoro_tvm.runtime.voices import style_for
+
+WEBGPU = make_target({"kind": "webgpu"})
+
+
+def test_every_webgpu_library_is_validated_within_the_default_limits(other_built):
+    manifest = json.loads((model_folder(other_built, "webgpu") / paths.MODEL_MANIFEST)
+                          .read_text())
+    assert (manifest["architecture"], manifest["system"]) == ("any", "any")
+    assert sorted(e["component"] for e in manifest["libraries"]) == sorted(COMPONENT_NAMES)
+    for entry in manifest["libraries"]:
+        assert entry["validated"] is True and entry["device"] == "webgpu", entry
+        plan = json.loads((model_folder(other_built, "webgpu") / entry["library"]).read_text())
+        for name, kernel in plan["kernels"].items():
+            assert describe_kernel(name, kernel["wgsl"]) == kernel  # the checks pass again
+            assert len(kernel["bindings"]) <= limits.MAX_STORAGE_BUFFERS
+        for function in plan["functions"].values():
+            for dispatch in function["dispatches"]:
+                assert max(dispatch["grid"]) <= limits.MAX_WORKGROUPS
+
+
+# One bucket per component of the real weights (buckets the real build has references for).
+REAL_WEBGPU_BUCKETS = {"bert": [64], "duration": [64], "text_encoder": [64], "f0n": [64],
+                       "decoder": [64]}
+
+
+@pytest.mark.slow
+def test_the_real_weights_validate_on_webgpu(real_built, workflow):
+    """Every component of Kokoro-82M at one bucket, built for webgpu and validated against
+    PyTorch by the validate rule, with the project's tolerances."""
+    run_workflow(real_built, workflow, paths.DIST.format(target="webgpu"), "--config",
+                 f"buckets={json.dumps(REAL_WEBGPU_BUCKETS)}", configfiles=())
+    manifest = json.loads((model_folder(real_built, "webgpu") / paths.MODEL_MANIFEST)
+                          .read_text())
+    assert sorted(e["component"] for e in manifest["libraries"]) == sorted(COMPONENT_NAMES)
+    assert all(e["validated"] for e in manifest["libraries"]), manifest["libraries"]
+    report = json.loads(paths.artifact(paths.VALIDATION, real_built, target="webgpu",
+                                       component="decoder", lstm=paths.WITHOUT_LSTM,
+                                       bucket=64).read_text())
+    print({key: m["value"] for key, m in report["metrics"].items() if "value" in m})
+
+
+def _wide_sum(inputs: int) -> tvm.IRModule:
+    """A module whose one PrimFunc, scheduled for a GPU, binds ``inputs`` + 1 buffers."""
+    xs = [te.placeholder((256,), "float32", f"x{i}") for i in range(inputs)]
+    out = te.compute((256,), lambda j: sum(x[j] for x in xs), "out")
+    func = te.create_prim_func([*xs, out])
+    sch = tvm.s_tir.Schedule(func)
+    (loop,) = sch.get_loops(sch.get_sblock("out"))
+    outer, inner = sch.split(loop, [None, 64])
+    sch.bind(outer, "blockIdx.x")
+    sch.bind(inner, "threadIdx.x")
+    kernel = sch.mod["main"].with_attr("global_symbol", "wide_sum").with_attr(
+        "tirx.is_scheduled", True)
+    bb = relax.BlockBuilder()
+    params = [relax.Var(f"x{i}", relax.TensorType((256,), "float32")) for i in range(inputs)]
+    with bb.function("main", params, {"num_input": inputs}):
+        gvar = bb.add_func(kernel, "wide_sum")
+        out = bb.emit(relax.call_tir(gvar, params, relax.TensorType((256,), "float32")))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_kernel_over_eight_storage_buffers_is_refused_at_build():
+    from kokoro_tvm.compile.lower import lower
+
+    with pytest.raises(limits.WebGpuLimitError) as refused:
+        build_plan(lower(_wide_sum(8), WEBGPU), WEBGPU)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "wide_sum" in message and "needs 9 storage buffers" in message
+    assert "maxStorageBuffersPerShaderStage (8)" in message
+    plan = build_plan(lower(_wide_sum(7), WEBGPU), WEBGPU)  # 8 fits
+    assert [len(k["bindings"]) for k in plan["kernels"].values()] == [8]
+
+
+@tvm.script.ir_module
+class _Chain:
+    @R.function
+    def main(a: R.Tensor((64,), "float32"), b: R.Tensor((64,), "float32"),
+             c: R.Tensor((64,), "float32"), d: R.Tensor((64,), "float32"),
+             e: R.Tensor((64,), "float32"), f: R.Tensor((64,), "float32"),
+             g: R.Tensor((64,), "float32"), h: R.Tensor((64,), "float32"),
+             i: R.Tensor((64,), "float32"), j: R.Tensor((64,), "float32")):
+        with R.dataflow():
+            s1 = R.add(a, b)
+            s2 = R.multiply(s1, c)
+            s3 = R.add(s2, d)
+            s4 = R.multiply(s3, e)
+            s5 = R.add(s4, f)
+            s6 = R.multiply(s5, g)
+            s7 = R.add(s6, h)
+            s8 = R.multiply(s7, i)
+            s9 = R.add(s8, j)
+            R.output(s9)
+        return s9
+
+
+def test_fusion_stays_within_eight_storage_buffers():
+    legalized = tvm.transform.Sequential([relax.transform.LegalizeOps(),
+                                          relax.transform.AnnotateTIROpPattern()])(_Chain)
+
+    def widest(mod):
+        return max((_bindings(f) for f in mod.functions.values()
+                    if isinstance(f, relax.Function) and "Primitive" in (f.attrs or {})),
+                   default=0)
+
+    assert widest(relax.transform.FuseOps()(legalized)) == 11  # ten inputs and the sum
+    assert widest(fuse_within(limits.MAX_STORAGE_BUFFERS)(legalized)) <= 8
+
+
+def test_the_webgpu_folder_speaks_as_the_llvm_one(other_built):
+    """The engine on both folders with the same seed and numpy's noise: the validation's
+    spectral bars (its SNR bar at the cap) between them."""
+    from kokoro_tvm.runtime.engine import TvmEngine
+
+    voice = style_for(np.load(paths.artifact(paths.ASSET_VOICE, other_built, voice="af_heart")),
+                      len(TINY_IDS))
+    audio = {target: TvmEngine(model_folder(other_built, target)).synthesize(
+        TINY_IDS, voice, TINY_SPEED, 3) for target in ("llvm", "webgpu")}
+    engine = TvmEngine(model_folder(other_built, "webgpu"))
+    assert "WebGPU on " in engine.device_name
+    snr, l1 = snr_db(audio["webgpu"], audio["llvm"]), log_mel_l1(audio["webgpu"], audio["llvm"])
+    print(f"webgpu against llvm: {snr:.1f} dB, log-mel L1 {l1:.2e} ({engine.device_name})")
+    assert audio["webgpu"].shape == audio["llvm"].shape
+    assert snr >= SPECTRAL_TOLERANCES["snr_db_cap"] and l1 <= SPECTRAL_TOLERANCES["log_mel_l1"]
+
+
+def test_a_plan_of_another_version_is_refused(other_built, tmp_path):
+    from kokoro_tvm.runtime.webgpu import WebGpuError, read_plan
+
+    source = next((model_folder(other_built, "webgpu") / "lib").glob("*/*/*.plan.json"))
+    plan = json.loads(source.read_text())
+    plan["version"] += 1
+    (tmp_path / "b16.plan.json").write_text(json.dumps(plan))
+    with pytest.raises(WebGpuError, match="not a webgpu plan of version 1 .* rebuild it"):
+        read_plan(tmp_path / "b16.plan.json")
+
+
+def test_no_adapter_is_said_in_one_line(other_built):
+    """Without a Vulkan driver (and wgpu told to use Vulkan alone), say names what to
+    install."""
+    env = {**os.environ, "VK_ICD_FILENAMES": "/nonexistent.json", "WGPU_BACKEND_TYPE": "Vulkan"}
+    done = subprocess.run([str(BIN / "kokoro-tvm"), "say", "Hi.", "-o", "out.wav",
+                           "--model", str(model_folder(other_built, "webgpu"))],
+                          capture_output=True, text=True, env=env, cwd=other_built)
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("kokoro-tvm:")]
+    assert errors == ["kokoro-tvm: error: no WebGPU adapter found: install a GPU's Vulkan, "
+                      "Metal or D3D12 driver, or Mesa's CPU driver (Debian: apt-get install "
+                      "mesa-vulkan-drivers)"], done.stderr
