@@ -4,7 +4,7 @@ says nothing of a GPU's speed), within WebGPU's default limits, and spoken besid
 
 - Every library of the tiny build's webgpu folder was validated by the validate rule on this
   machine's adapter, its kernels within the default limits (checked again from the plan); so
-  was every component of the real weights at one bucket.
+  were the real weights' components at one bucket, but the decoder (minutes on lavapipe).
 - A kernel over 8 storage buffers is refused at build time in one line naming it and the limit;
   fusion keeps a wide elementwise chain within 8 where FuseOps alone would not.
 - The engine speaks from the webgpu folder as from the llvm one (same seed): the validation's
@@ -52,25 +52,25 @@ def test_every_webgpu_library_is_validated_within_the_default_limits(other_built
                 assert max(dispatch["grid"]) <= limits.MAX_WORKGROUPS
 
 
-# One bucket per component of the real weights (buckets the real build has references for).
-REAL_WEBGPU_BUCKETS = {"bert": [64], "duration": [64], "text_encoder": [64], "f0n": [64],
-                       "decoder": [64]}
+# The real weights' components at one bucket each (buckets the real build has references for),
+# but the decoder, whose validation on lavapipe takes minutes (docs/other-targets.md, WebGPU).
+REAL_WEBGPU_LIBRARIES = {"bert": (paths.WITHOUT_LSTM, 64), "duration": ("tir_vec", 64),
+                         "text_encoder": ("tir_vec", 64), "f0n": ("tir_vec", 64)}
 
 
 @pytest.mark.slow
 def test_the_real_weights_validate_on_webgpu(real_built, workflow):
-    """Every component of Kokoro-82M at one bucket, built for webgpu and validated against
-    PyTorch by the validate rule, with the project's tolerances."""
-    run_workflow(real_built, workflow, paths.DIST.format(target="webgpu"), "--config",
-                 f"buckets={json.dumps(REAL_WEBGPU_BUCKETS)}", configfiles=())
-    manifest = json.loads((model_folder(real_built, "webgpu") / paths.MODEL_MANIFEST)
-                          .read_text())
-    assert sorted(e["component"] for e in manifest["libraries"]) == sorted(COMPONENT_NAMES)
-    assert all(e["validated"] for e in manifest["libraries"]), manifest["libraries"]
-    report = json.loads(paths.artifact(paths.VALIDATION, real_built, target="webgpu",
-                                       component="decoder", lstm=paths.WITHOUT_LSTM,
-                                       bucket=64).read_text())
-    print({key: m["value"] for key, m in report["metrics"].items() if "value" in m})
+    """Kokoro-82M's components built for webgpu and validated against PyTorch by the validate
+    rule, with the project's tolerances."""
+    reports = {component: paths.VALIDATION.format(target="webgpu", component=component,
+                                                  lstm=lstm, bucket=bucket)
+               for component, (lstm, bucket) in REAL_WEBGPU_LIBRARIES.items()}
+    run_workflow(real_built, workflow, *reports.values(), configfiles=())
+    for component, report in reports.items():
+        validation = json.loads((real_built / report).read_text())
+        print(component, {key: m["value"] for key, m in validation["metrics"].items()
+                          if "value" in m})
+        assert validation["passed"] is True, validation
 
 
 def _wide_sum(inputs: int) -> tvm.IRModule:
