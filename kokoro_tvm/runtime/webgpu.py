@@ -225,7 +225,8 @@ def read_plan(path: str | os.PathLike) -> dict:
 class PlanLibrary:
     """One webgpu library and the weights its functions read, called as runtime/library.py's
     ``Library`` is: functions by name, inputs by name, outputs as numpy arrays or left on the
-    device (``GpuTensor``)."""
+    device (``GpuTensor``). ``allocator`` is taken for that likeness alone: a function's buffers
+    are kept from its first call."""
 
     def __init__(self, plan_path: str | os.PathLike, weights: PlanWeights,
                  transforms: Mapping[str, str] | None = None, allocator: str = "pooled",
@@ -316,12 +317,6 @@ class PlanLibrary:
         if isinstance(value, GpuTensor):
             return value
         return self.transfers.upload(value, self.device)
-
-    def bind(self, function: str, inputs: Mapping[str, object]) -> Callable[[], list]:
-        """A call of ``function`` with its arguments bound (for timing, as ``Library.bind``)."""
-        on_device = {name: self.transfers.upload(value, self.device)
-                     if isinstance(value, np.ndarray) else value for name, value in inputs.items()}
-        return lambda: self.on_device(function, on_device)
 
     def __call__(self, function: str, inputs: Mapping[str, object]) -> list[np.ndarray]:
         """Runs ``function`` on ``inputs`` (by name); outputs as numpy arrays."""
