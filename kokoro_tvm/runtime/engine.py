@@ -164,6 +164,14 @@ def load_components(folder: ModelFolder, lstm: str | None, kernels: Sequence[Pat
     return components
 
 
+def release_pooled_memory() -> None:
+    """runtime/library.release_pooled_memory, imported when first needed, so that a webgpu
+    folder's process loads no TVM."""
+    from kokoro_tvm.runtime import library
+
+    library.release_pooled_memory()
+
+
 def _padded(values: np.ndarray, size: int, axis: int = -1) -> np.ndarray:
     """``values`` zero-padded along ``axis`` to ``size``."""
     # zeros and a copy: over ten times faster than np.pad on a long sentence's SineGen noise
@@ -394,9 +402,7 @@ class TvmEngine:
         bucket = self.components["decoder"].fit(frames)
         library = self.components["decoder"].library(bucket)
         if bucket != self._decoder_bucket:
-            if device_kind(self.folder) != "webgpu":  # TVM's pools: runtime/library.py
-                from kokoro_tvm.runtime.library import release_pooled_memory
-
+            if device_kind(self.folder) != "webgpu":  # WebGPU's buffers are no TVM pool's
                 release_pooled_memory()
             self._decoder_bucket = bucket
         with self._stage("noise"):  # on the host: what f0n did not hide
