@@ -75,9 +75,11 @@ def test_leaves_out_what_only_lstm_or_gpu_code_imports(package, option, only, ke
 
 def test_the_lstm_and_gpu_only_modules_are_the_packages():
     """LSTM_ONLY names modules of the package (a rename must update it); GPU_ONLY is derived
-    from compile/gpu/."""
+    from compile/gpu/ and compile/webgpu/ (but WebGPU's limits, which every target reads)."""
     root = Path(__file__).resolve().parents[1]
     assert all(module_file(root, name) for name in LSTM_ONLY)
     assert GPU_ONLY == ("kokoro_tvm.compile.gpu.contraction",
                         "kokoro_tvm.compile.gpu.instance_norm", "kokoro_tvm.compile.gpu.lstm",
-                        "kokoro_tvm.compile.gpu.without_float64")
+                        "kokoro_tvm.compile.gpu.without_float64",
+                        "kokoro_tvm.compile.webgpu.fusion", "kokoro_tvm.compile.webgpu.narrow",
+                        "kokoro_tvm.compile.webgpu.plan")

@@ -208,8 +208,8 @@ def test_the_import_stage_does_not_depend_on_the_schedules(tmp_path):
 def test_cpu_lowering_loads_no_gpu_only_module(built):
     """What GPU_ONLY promises (CPU targets' jobs leave those modules out of their inputs):
     lowering every Relax artifact of the tiny build for a CPU target imports none of them, so
-    no edit of theirs can change a CPU library; lowering one LSTM artifact for cuda afterwards
-    does (the check can see them)."""
+    no edit of theirs can change a CPU library; lowering one LSTM artifact for cuda and webgpu
+    afterwards (and webgpu's plans, which its build imports) does (the check can see them)."""
     code = (
         "import json, sys\n"
         "from pathlib import Path\n"
@@ -224,6 +224,8 @@ def test_cpu_lowering_loads_no_gpu_only_module(built):
         "lstm = next(p for p in artifacts if p.stem == 'tir_vec')\n"
         f"lower(specialize(load_ir(lstm), {TINY_BUCKET}),"
         " make_target({'kind': 'cuda', 'arch': 'sm_90'}))\n"
+        f"lower(specialize(load_ir(lstm), {TINY_BUCKET}), make_target({{'kind': 'webgpu'}}))\n"
+        "import kokoro_tvm.compile.webgpu.plan\n"
         "print(json.dumps([[str(p) for p in artifacts], cpu, sorted(sys.modules)]))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -47,9 +47,6 @@ from kokoro_tvm.compile.alignment import add_align_function
 from kokoro_tvm.compile.branch_joins import separate_branch_joins
 from kokoro_tvm.compile.devices import WITHOUT_FLOAT64
 from kokoro_tvm.compile.noise import add_noise_function
-from kokoro_tvm.compile.webgpu.fusion import fuse_within
-from kokoro_tvm.compile.webgpu.limits import MAX_STORAGE_BUFFERS
-from kokoro_tvm.compile.webgpu.narrow import narrow_int64
 
 SKIPPED_PASSES = ("FoldConstant",)
 # Where each target kind's pass lists live. ``relax.pipeline.dataflow_lower_passes`` cannot be
@@ -82,7 +79,12 @@ def passes(target: tvm.target.Target, schedule: bool = True, tuning_db: str | No
     float64 = target.kind.name not in WITHOUT_FLOAT64
     webgpu = target.kind.name == "webgpu"
     chosen = [_gpu_kernels(float64, "int32" if webgpu else "int64")] if gpu else []
-    chosen += [narrow_int64] if webgpu else []
+    if webgpu:  # imported only here, as the GPU lowering is (_gpu_kernels)
+        from kokoro_tvm.compile.webgpu.fusion import fuse_within
+        from kokoro_tvm.compile.webgpu.limits import MAX_STORAGE_BUFFERS
+        from kokoro_tvm.compile.webgpu.narrow import narrow_int64
+
+        chosen.append(narrow_int64)
     if precision == "int8":
         from kokoro_tvm.compile.quantize import quantize_convs
 

@@ -11,11 +11,13 @@ from pathlib import Path
 # depend on them even where its stage's code imports them.
 LSTM_ONLY = ("kokoro_tvm.compile.lstm", "kokoro_tvm.compile.gpu.lstm",
              "kokoro_tvm.model.packed_lstm")
-# Modules the lower stage runs for GPU targets only, the GPU lowering: every module of
-# compile/gpu/ but the package's own. A CPU target's libraries do not depend on them.
-GPU_ONLY = tuple(sorted(f"kokoro_tvm.compile.gpu.{module.stem}"
-                        for module in (Path(__file__).parents[1] / "compile/gpu").glob("*.py")
-                        if module.name != "__init__.py"))
+# Modules the lower and build stages run for GPU targets only, the GPU lowering: every module
+# of compile/gpu/ but the package's own, and WebGPU's lowering and plans (compile/webgpu/; its
+# limits, which make_target reads, excepted). A CPU target's libraries do not depend on them.
+GPU_ONLY = tuple(sorted(f"kokoro_tvm.compile.{package}.{module.stem}"
+                        for package in ("gpu", "webgpu")
+                        for module in (Path(__file__).parents[1] / "compile" / package).glob("*.py")
+                        if module.name not in ("__init__.py", "limits.py")))
 
 
 def module_file(root: Path, name: str) -> Path | None:
