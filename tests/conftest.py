@@ -360,6 +360,17 @@ def apt_lock(tmp_path_factory) -> FileLock:
     return FileLock(run_folder(tmp_path_factory) / "apt.lock")
 
 
+def install_lavapipe(tmp_path_factory) -> None:
+    """Mesa's lavapipe, the CPU Vulkan driver the webgpu target's libraries run on where there is
+    no GPU (Debian's mesa-vulkan-drivers, installed with apt where missing: root)."""
+    if list(Path("/usr/share/vulkan/icd.d").glob("lvp_icd.*.json")):
+        return
+    with apt_lock(tmp_path_factory):
+        for command in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q",
+                        "--no-install-recommends", "mesa-vulkan-drivers"]):
+            subprocess.run(command, check=True, capture_output=True)
+
+
 @pytest.fixture(scope="session")
 def aarch64_env(tmp_path_factory) -> Path:
     """tools/cross/aarch64_env.sh's folder: the aarch64 target's cross linker, and Debian's
@@ -385,6 +396,7 @@ def other_built(built, workflow, aarch64_env, tmp_path_factory) -> Path:
     targets.append("webgpu")
 
     def make(folder: Path) -> str:
+        install_lavapipe(tmp_path_factory)
         shutil.copytree(built, folder, symlinks=True)
         run_workflow(folder, workflow, "all", "--config", f"targets={json.dumps(targets)}")
         return str(folder)
