@@ -20,7 +20,14 @@ import subprocess
 import numpy as np
 import pytest
 import tvm
-from conftest import BIN, TINY_IDS, TINY_SPEED, model_folder, run_workflow
+from conftest import (
+    BIN,
+    TINY_IDS,
+    TINY_SPEED,
+    install_lavapipe,
+    model_folder,
+    run_workflow,
+)
 from tvm import relax, te
 from tvm.script import relax as R
 
@@ -59,9 +66,10 @@ REAL_WEBGPU_LIBRARIES = {"bert": (paths.WITHOUT_LSTM, 64), "duration": ("tir_vec
 
 
 @pytest.mark.slow
-def test_the_real_weights_validate_on_webgpu(real_built, workflow):
+def test_the_real_weights_validate_on_webgpu(real_built, workflow, tmp_path_factory):
     """Kokoro-82M's components built for webgpu and validated against PyTorch by the validate
     rule, with the project's tolerances."""
+    install_lavapipe(tmp_path_factory)
     reports = {component: paths.VALIDATION.format(target="webgpu", component=component,
                                                   lstm=lstm, bucket=bucket)
                for component, (lstm, bucket) in REAL_WEBGPU_LIBRARIES.items()}
