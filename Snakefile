@@ -29,7 +29,7 @@ rule all:
         all_targets(),
 
 
-# The server's container image of each image.targets folder (docs/serving.md, Containers):
+# The server's container image of each image.targets folder (docs/deploying.md, Containers):
 # not part of `all`, since it needs a container engine.
 rule image:
     input:

@@ -98,8 +98,8 @@ PREFIX = "/tts/"
 
 
 def documented(language: str) -> str:
-    """docs/serving.md's snippet for ``language`` (its one fenced block of it)."""
-    (block,) = re.findall(rf"```{language}\n(.*?)```", (REPO / "docs/serving.md").read_text(),
+    """docs/deploying.md's snippet for ``language`` (its one fenced block of it)."""
+    (block,) = re.findall(rf"```{language}\n(.*?)```", (REPO / "docs/deploying.md").read_text(),
                           re.S)
     return block
 
@@ -126,7 +126,7 @@ def nginx_binary(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def proxied(folder, nginx_binary, tmp_path_factory):
-    """The server, trusting PROXY alone, behind nginx on loopback with docs/serving.md's
+    """The server, trusting PROXY alone, behind nginx on loopback with docs/deploying.md's
     location block, nginx connecting from PROXY: (nginx's URL, the server)."""
     work = tmp_path_factory.mktemp("nginx")
     with Server(folder, work / "server.log", "--trusted-proxy", PROXY,

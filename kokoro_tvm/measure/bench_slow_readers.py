@@ -45,7 +45,7 @@ RSS_EVERY = 0.5
 # The stalled clients' receive buffer, small: the server's buffers, not theirs, hold what they
 # leave unread. The slow readers keep the default: one smaller than a segment (64 KiB on
 # loopback) never opens a window the sender uses, and the kernel drops it as it would a stalled
-# one (docs/serving.md, Slow readers).
+# one (docs/deploying.md, Slow readers).
 STALLED_RECEIVE_BUFFER = 16384
 
 

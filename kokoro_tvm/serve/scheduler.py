@@ -14,7 +14,7 @@ its iterator closed.
 
 A job holds at most AHEAD chunks that its response has not taken yet: a client that reads
 slowly gets its audio as fast as it reads it, the engine goes to the others meanwhile, and
-what the process buffers per stream is bounded (docs/serving.md, Slow readers).
+what the process buffers per stream is bounded (docs/deploying.md, Slow readers).
 """
 from __future__ import annotations
 

@@ -70,7 +70,7 @@ def _pull_failure(base: str, output: str) -> str:
 
 def ensure_base(engine: str, builder: str, base: str) -> None:
     """``base`` among ``engine``'s local images, pulled if it is not; where it cannot be had, a
-    UserError naming it, why, and the fix (a local image: docs/serving.md, Containers)."""
+    UserError naming it, why, and the fix (a local image: docs/deploying.md, Containers)."""
     exists = ["image", "exists", base] if builder == "podman" else ["image", "inspect", base]
     if subprocess.run([engine, *exists], stdout=subprocess.DEVNULL,
                       stderr=subprocess.DEVNULL).returncode == 0:
@@ -84,7 +84,7 @@ def ensure_base(engine: str, builder: str, base: str) -> None:
         raise UserError(f"the base image {base} cannot be had: it is not among {builder}'s "
                         f"local images and {_pull_failure(base, pulled.stdout)}; set image.base to "
                         f"a local image (`{builder} images`; to make one without a registry, "
-                        "see docs/serving.md, Containers: mmdebstrap), or pull it where a "
+                        "see docs/deploying.md, Containers: mmdebstrap), or pull it where a "
                         f"registry is reachable and `{builder} load` it here")
 
 
