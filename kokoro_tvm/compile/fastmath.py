@@ -80,9 +80,13 @@ def _reduced_wide(x: tirx.PrimExpr) -> tuple[tirx.PrimExpr, tirx.PrimExpr]:
     return tirx.Cast(DTYPE, r), k
 
 
-def _reduced_float32(x: tirx.PrimExpr) -> tuple[tirx.PrimExpr, tirx.PrimExpr]:
-    """(r, k): x = k pi/2 + r, reduced in float32 alone; k as a float32."""
-    k = tirx.round(x * tirx.const(1 / _HALF_PI_HI, DTYPE))
+def _quarter_turns(x: tirx.PrimExpr) -> tirx.PrimExpr:
+    """k, the whole number of quarter turns nearest to x, as a float32."""
+    return tirx.round(x * tirx.const(1 / _HALF_PI_HI, DTYPE))
+
+
+def _reduced_float32(x: tirx.PrimExpr, k: tirx.PrimExpr) -> tirx.PrimExpr:
+    """r = x - k pi/2, reduced in float32 alone."""
     # Towards zero, so that both halves have the sign of k and x - high * part loses nothing.
     high = tirx.trunc(k * tirx.const(1 / _K_SPLIT, DTYPE)) * tirx.const(_K_SPLIT, DTYPE)
     low = k - high
@@ -90,22 +94,40 @@ def _reduced_float32(x: tirx.PrimExpr) -> tuple[tirx.PrimExpr, tirx.PrimExpr]:
     for part in _HALF_PI_PARTS:
         r = r - high * tirx.const(part, DTYPE)
         r = r - low * tirx.const(part, DTYPE)
-    return r - k * tirx.const(_HALF_PI_REST, DTYPE), k
+    return r - k * tirx.const(_HALF_PI_REST, DTYPE)
+
+
+def bound(value: tirx.PrimExpr, use) -> tirx.PrimExpr:
+    """``use(v)`` with float32 ``v`` bound to ``value`` once (a Let). GPU source is printed as
+    trees: an argument used n times is printed n times, with whatever fusion inlined into it
+    (the sine generator's upsampling: megabytes of WGSL); a Let prints it once."""
+    var = tirx.Var("v", DTYPE)
+    return tirx.Let(var, value, use(var))
 
 
 def _sin_quadrant(x: tirx.PrimExpr, quarter_turns: int, wide: bool) -> tirx.PrimExpr:
-    """sin(x + quarter_turns * pi/2) for float32 ``x``, reduced in float64 if ``wide``."""
-    r, k = (_reduced_wide if wide else _reduced_float32)(x)
-    kind = "float64" if wide else DTYPE  # k's: exact for whole numbers below 2^24 in both
-    square = r * r
-    sine = r + r * square * _horner(_SIN_P, square)
-    cosine = (tirx.const(1.0, DTYPE) - tirx.const(0.5, DTYPE) * square
-              + square * square * _horner(_COS_Q, square))
-    turns = k + tirx.const(quarter_turns, kind)
-    quadrant = turns - tirx.const(4, kind) * tirx.floor(turns * tirx.const(0.25, kind))  # 0..3
-    odd = tirx.Or(quadrant == tirx.const(1, kind), quadrant == tirx.const(3, kind))
-    value = tirx.Select(odd, cosine, sine)
-    return tirx.Select(quadrant >= tirx.const(2, kind), -value, value)
+    """sin(x + quarter_turns * pi/2) for float32 ``x``, reduced in float64 if ``wide``; the
+    float32 form (for GPUs) binds its intermediate values once."""
+    if wide:
+        return _sin_reduced(*_reduced_wide(x), quarter_turns, "float64", lambda v, use: use(v))
+    return bound(x, lambda x: bound(_quarter_turns(x), lambda k: bound(
+        _reduced_float32(x, k), lambda r: _sin_reduced(r, k, quarter_turns, DTYPE, bound))))
+
+
+def _sin_reduced(r, k, quarter_turns: int, kind: str, bind) -> tirx.PrimExpr:
+    """sin(r + (k + quarter_turns) * pi/2) for |r| <= pi/4; ``kind``: k's type (exact for
+    whole numbers below 2^24 in both)."""
+    def value(square):
+        sine = r + r * square * _horner(_SIN_P, square)
+        cosine = (tirx.const(1.0, DTYPE) - tirx.const(0.5, DTYPE) * square
+                  + square * square * _horner(_COS_Q, square))
+        turns = k + tirx.const(quarter_turns, kind)
+        quadrant = turns - tirx.const(4, kind) * tirx.floor(turns * tirx.const(0.25, kind))
+        odd = tirx.Or(quadrant == tirx.const(1, kind), quadrant == tirx.const(3, kind))
+        chosen = tirx.Select(odd, cosine, sine)
+        return tirx.Select(quadrant >= tirx.const(2, kind), -chosen, chosen)
+
+    return bind(r * r, value)
 
 
 def sin(x: tirx.PrimExpr, wide: bool = True) -> tirx.PrimExpr:

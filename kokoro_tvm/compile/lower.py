@@ -239,10 +239,7 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: bool = True,
     # between the first and last that touch the call's inputs and outputs): at these sizes a
     # call is otherwise bound by kernel launches.
     graphs = {"relax.backend.use_cuda_graph": "gpu" in target.keys}
-    # WebGPU has no 64-bit integers for the noise kernel's Philox products: its libraries take
-    # the host's noise, as CPU ones do.
-    if target.kind.name != "webgpu":
-        mod = add_noise_function(mod, target)
+    mod = add_noise_function(mod, target)
     mod = add_align_function(mod, target)
     with target, tvm.transform.PassContext(config=graphs):
         return tvm.transform.Sequential(passes(target, schedule, tuning_db,

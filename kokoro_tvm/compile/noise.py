@@ -47,8 +47,26 @@ _UNIT = 2.0 ** -24  # a word's top 24 bits as a float in [0, 1)
 
 
 @T.macro
-def _philox(key, counter, stream, words):
-    """Philox4x32-10 of counter ``(counter, stream, 0, 0)`` under ``key`` into ``words``."""
+def _product(multiplier, word, mix, words, at):
+    """``words[at]`` = the high half of ``multiplier * word`` (64 bits) ^ ``mix``, and
+    ``words[at + 1]`` its low half, in uint32 alone (WebGPU has no 64-bit integers): the
+    product of the 16-bit halves, each of which fits in 32 bits, carried by hand."""
+    lo: T.let[T.uint32] = word & T.uint32(0xFFFF)
+    hi: T.let[T.uint32] = T.shift_right(word, T.uint32(16))
+    lo_lo: T.let[T.uint32] = T.uint32(multiplier & 0xFFFF) * lo
+    hi_lo: T.let[T.uint32] = T.uint32(multiplier >> 16) * lo
+    lo_hi: T.let[T.uint32] = T.uint32(multiplier & 0xFFFF) * hi
+    middle: T.let[T.uint32] = (T.shift_right(lo_lo, T.uint32(16)) + (hi_lo & T.uint32(0xFFFF))
+                               + (lo_hi & T.uint32(0xFFFF)))
+    words[at] = (T.uint32(multiplier >> 16) * hi + T.shift_right(hi_lo, T.uint32(16))
+                 + T.shift_right(lo_hi, T.uint32(16)) + T.shift_right(middle, T.uint32(16))) ^ mix
+    words[at + 1] = T.uint32(multiplier) * word
+
+
+@T.macro
+def _philox(key, counter, stream, words, wide):
+    """Philox4x32-10 of counter ``(counter, stream, 0, 0)`` under ``key`` into ``words``;
+    ``wide``: the rounds' products in uint64, else in 16-bit halves (``_product``)."""
     words[0] = T.uint32(counter)
     words[1] = T.uint32(stream)
     words[2] = T.uint32(0)
@@ -56,14 +74,20 @@ def _philox(key, counter, stream, words):
     for r in range(PHILOX_ROUNDS):
         k0: T.let[T.uint32] = key[0] + T.uint32(r) * T.uint32(PHILOX_KEY_STEPS[0])
         k1: T.let[T.uint32] = key[1] + T.uint32(r) * T.uint32(PHILOX_KEY_STEPS[1])
-        p0: T.let[T.uint64] = T.uint64(PHILOX_MULTIPLIERS[0]) * T.Cast("uint64", words[0])
-        p1: T.let[T.uint64] = T.uint64(PHILOX_MULTIPLIERS[1]) * T.Cast("uint64", words[2])
+        w0: T.let[T.uint32] = words[0]
         w1: T.let[T.uint32] = words[1]
+        w2: T.let[T.uint32] = words[2]
         w3: T.let[T.uint32] = words[3]
-        words[0] = T.Cast("uint32", T.shift_right(p1, T.uint64(32))) ^ w1 ^ k0
-        words[1] = T.Cast("uint32", p1)
-        words[2] = T.Cast("uint32", T.shift_right(p0, T.uint64(32))) ^ w3 ^ k1
-        words[3] = T.Cast("uint32", p0)
+        if wide:
+            p0: T.let[T.uint64] = T.uint64(PHILOX_MULTIPLIERS[0]) * T.Cast("uint64", w0)
+            p1: T.let[T.uint64] = T.uint64(PHILOX_MULTIPLIERS[1]) * T.Cast("uint64", w2)
+            words[0] = T.Cast("uint32", T.shift_right(p1, T.uint64(32))) ^ w1 ^ k0
+            words[1] = T.Cast("uint32", p1)
+            words[2] = T.Cast("uint32", T.shift_right(p0, T.uint64(32))) ^ w3 ^ k1
+            words[3] = T.Cast("uint32", p0)
+        else:
+            _product(PHILOX_MULTIPLIERS[1], w2, w1 ^ k0, words, 0)
+            _product(PHILOX_MULTIPLIERS[0], w0, w3 ^ k1, words, 2)
 
 
 def _unit(word):
@@ -72,10 +96,10 @@ def _unit(word):
 
 
 @T.macro
-def _normals(key, counter, samples, words, noise):
+def _normals(key, counter, samples, words, noise, wide):
     """The four standard normals of ``counter`` (samples 4 * counter ..), Box-Muller on the
     word pairs (0, 1) and (2, 3); those past ``samples`` are not written."""
-    _philox(key, counter, SAMPLE_STREAM, words)
+    _philox(key, counter, SAMPLE_STREAM, words, wide)
     for pair in range(2):
         # 1 - u is in (0, 1]: the logarithm stays finite.
         radius: T.let[T.float32] = T.sqrt(
@@ -88,17 +112,19 @@ def _normals(key, counter, samples, words, noise):
 
 
 @T.macro
-def _phases(key, words, phases):
+def _phases(key, words, phases, wide):
     for counter in range((HARMONICS + PHILOX_WORDS - 1) // PHILOX_WORDS):
-        _philox(key, counter, PHASE_STREAM, words)
+        _philox(key, counter, PHASE_STREAM, words, wide)
         for w in range(PHILOX_WORDS):
             if counter * PHILOX_WORDS + w < HARMONICS:
                 phases[0, counter * PHILOX_WORDS + w] = _unit(words[w])
 
 
-def noise_kernel(samples: int, gpu: bool = False) -> tvm.tirx.PrimFunc:
+def noise_kernel(samples: int, gpu: bool = False, wide: bool = True) -> tvm.tirx.PrimFunc:
     """key [2] uint32 -> phases [1, HARMONICS] in [0, 1), noise [1, samples, 1] standard
-    normals; the CPU form (counters in parallel), or the GPU form (a thread per counter)."""
+    normals; the CPU form (counters in parallel), or the GPU form (a thread per counter).
+    ``wide``: the target has 64-bit integers (WebGPU has not: int32 counters, and the products
+    in 32-bit halves)."""
     counters = -(-samples // PHILOX_WORDS)
     blocks = -(-counters // THREADS_PER_BLOCK)
 
@@ -111,18 +137,23 @@ def noise_kernel(samples: int, gpu: bool = False) -> tvm.tirx.PrimFunc:
             for block in T.thread_binding(blocks, thread="blockIdx.x"):
                 for thread in T.thread_binding(THREADS_PER_BLOCK, thread="threadIdx.x"):
                     words = T.alloc_buffer((PHILOX_WORDS,), "uint32", scope="local")
-                    counter: T.let[T.int64] = (T.int64(block) * THREADS_PER_BLOCK
-                                               + T.int64(thread))
-                    if counter < counters:
-                        _normals(key, counter, samples, words, noise)
-                    if counter == 0:
-                        _phases(key, words, phases)
+                    if wide:
+                        counter: T.let[T.int64] = (T.int64(block) * THREADS_PER_BLOCK
+                                                   + T.int64(thread))
+                        if counter < counters:
+                            _normals(key, counter, samples, words, noise, wide)
+                    else:
+                        counter32: T.let[T.int32] = block * THREADS_PER_BLOCK + thread
+                        if counter32 < counters:
+                            _normals(key, counter32, samples, words, noise, wide)
+                    if block == 0 and thread == 0:
+                        _phases(key, words, phases, wide)
         else:
             for counter in T.parallel(counters):
                 words = T.alloc_buffer((PHILOX_WORDS,), "uint32", scope="local")
-                _normals(key, T.int64(counter), samples, words, noise)
+                _normals(key, T.int64(counter), samples, words, noise, wide)
             words = T.alloc_buffer((PHILOX_WORDS,), "uint32", scope="local")
-            _phases(key, words, phases)
+            _phases(key, words, phases, wide)
 
     return philox_noise
 
@@ -139,6 +170,7 @@ def add_noise_function(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRMo
                          f"{HARMONICS}")
     return add_kernel_function(
         mod, NOISE_FUNCTION, [relax.Var(NOISE_KEY, relax.TensorType((2,), "uint32"))],
-        noise_kernel(samples, gpu="gpu" in target.keys), f"{KERNEL_PREFIX}{samples}",
+        noise_kernel(samples, gpu="gpu" in target.keys,
+                     wide=target.kind.name != "webgpu"), f"{KERNEL_PREFIX}{samples}",
         [relax.TensorType((1, HARMONICS), "float32"),
          relax.TensorType((1, samples, 1), "float32")])

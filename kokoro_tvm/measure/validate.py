@@ -192,8 +192,7 @@ def validate_component(name: str, bucket: int, so_path: str | os.PathLike,
     if component.float64_output is not None:
         metrics.update(_float64(component, env, reference, bucket))
     metrics.update(_length_exact(component, env, reference, snr_cap))
-    if (any(set(NOISE_INPUTS) <= set(fn.inputs) for fn in component.functions)
-            and device != "webgpu"):  # webgpu libraries take the host's noise (compile/lower.py)
+    if any(set(NOISE_INPUTS) <= set(fn.inputs) for fn in component.functions):
         metrics.update(_library_noise(so_path, params_npz, device))
     judged = [m["passed"] for m in metrics.values() if "passed" in m]
     return {"component": name, "bucket": bucket, "metrics": metrics,

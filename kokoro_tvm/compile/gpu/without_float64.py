@@ -14,7 +14,7 @@ WITHOUT_FLOAT64) and the InstanceNorm's sums (gpu/instance_norm.py).
 from __future__ import annotations
 
 import tvm
-from tvm import relax
+from tvm import relax, te
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 WHOLE_BITS = 17  # the first part: multiples of 2^-17 turns (increments below 2: under 2^18)
@@ -23,7 +23,30 @@ REST_BITS = 18  # the rest, below 2^-17, in multiples of 2^-35
 MAX_STEPS = 2 ** (31 - 18)
 
 
-def _fixed_point_cumsum(x: relax.Expr, axis) -> relax.Expr:
+# TVM's op pattern for "fuse nothing into this kernel" (relay's OpPatternKind kOpaque).
+_OPAQUE = 8
+
+
+def _combine(shape) -> tvm.tirx.PrimFunc:
+    """The phase from the summed parts (int32 wholes of 2^-17 and rests of 2^-35): a kernel
+    of its own, kept out of fusion. Fused into its consumer (the upsampling's neighbour
+    selection, then sin), every branch repeated this expression: megabytes of WGSL."""
+    wholes = te.placeholder(shape, "int32", "wholes")
+    rests = te.placeholder(shape, "int32", "rests")
+
+    def phase(*i):
+        carried = wholes(*i) + tvm.tirx.shift_right(rests(*i), REST_BITS)
+        remainder = rests(*i) & (2 ** REST_BITS - 1)
+        return (carried.astype("float32") * tvm.tirx.const(2.0 ** -WHOLE_BITS, "float32")
+                + remainder.astype("float32")
+                * tvm.tirx.const(2.0 ** -(WHOLE_BITS + REST_BITS), "float32"))
+
+    out = te.compute(shape, phase, "phase")
+    return (te.create_prim_func([wholes, rests, out]).without_attr("global_symbol")
+            .with_attr("op_pattern", _OPAQUE))
+
+
+def _fixed_point_cumsum(x: relax.Expr, axis, combine: tvm.ir.GlobalVar) -> relax.Expr:
     op, const = relax.op, relax.const
     scaled = op.multiply(x, const(float(2 ** WHOLE_BITS), "float32"))
     whole = op.floor(scaled)
@@ -31,12 +54,7 @@ def _fixed_point_cumsum(x: relax.Expr, axis) -> relax.Expr:
                                           const(float(2 ** REST_BITS), "float32"))), "int32")
     wholes = op.cumsum(op.astype(whole, "int32"), axis=axis, dtype="int32")
     rests = op.cumsum(rest, axis=axis, dtype="int32")
-    carried = op.add(wholes, op.right_shift(rests, const(REST_BITS, "int32")))
-    remainder = op.bitwise_and(rests, const(2 ** REST_BITS - 1, "int32"))
-    return op.add(op.multiply(op.astype(carried, "float32"),
-                              const(2.0 ** -WHOLE_BITS, "float32")),
-                  op.multiply(op.astype(remainder, "float32"),
-                              const(2.0 ** -(WHOLE_BITS + REST_BITS), "float32")))
+    return relax.call_tir(combine, [wholes, rests], relax.TensorType(x.ty.shape, "float32"))
 
 
 @tvm.transform.module_pass(opt_level=0, name="FixedPointCumsum")
@@ -47,6 +65,8 @@ def fixed_point_cumsum(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     widened = is_op("relax.astype")(increments)
     summed = is_op("relax.cumsum")(widened)
     pattern = is_op("relax.astype")(summed)
+    builder = relax.BlockBuilder(mod)  # adds the combining kernels, typed for call_tir
+    combines: dict[tuple, tvm.ir.GlobalVar] = {}
 
     def rewrite(call: relax.Call, matches) -> relax.Expr:
         x, cumsum = matches[increments], matches[summed]
@@ -56,9 +76,14 @@ def fixed_point_cumsum(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         if int(x.ty.shape[int(cumsum.attrs.axis)]) > MAX_STEPS:
             raise ValueError(f"the fixed-point phase sum holds at most {MAX_STEPS} steps, "
                              f"not {x.ty.shape[int(cumsum.attrs.axis)]}: use smaller buckets")
-        return _fixed_point_cumsum(x, cumsum.attrs.axis)
+        shape = tuple(int(n) for n in x.ty.shape)
+        if shape not in combines:
+            combines[shape] = builder.add_func(_combine(shape), "fixed_point_phase")
+        return _fixed_point_cumsum(x, cumsum.attrs.axis, combines[shape])
 
-    for gvar, func in list(mod.functions_items()):
-        if isinstance(func, relax.Function):
-            mod[gvar] = rewrite_call(pattern, rewrite, func)
+    rewritten = {gvar: rewrite_call(pattern, rewrite, func)
+                 for gvar, func in mod.functions_items() if isinstance(func, relax.Function)}
+    mod = builder.get()
+    for gvar, func in rewritten.items():
+        mod[mod.get_global_var(gvar.name_hint)] = func
     return mod

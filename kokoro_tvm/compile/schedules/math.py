@@ -15,8 +15,9 @@ powers become products and sin/cos reduce their argument in float64 on every tar
 - ``power`` by a small whole constant (``x ** 3`` in the GELU): repeated multiplication instead
   of ``powf``, which LLVM cannot vectorize and which is NaN on CUDA for negative ``x``.
 
-``WITHOUT_FLOAT64`` is ``EVERY_TARGET`` for devices that have no float64 (Metal): sin and cos
-reduce their argument in float32 (fastmath.py).
+``WITHOUT_FLOAT64`` is ``EVERY_TARGET`` for devices that have no float64 (Metal, WebGPU): sin
+and cos reduce their argument in float32 (fastmath.py), binding their intermediate values once,
+as whole powers bind their base (GPU source repeats an expression at every use).
 
 Everything else keeps TVM's legalization.
 """
@@ -56,30 +57,38 @@ def _whole_exponent(expr: relax.Expr) -> int | None:
     return int(value) if value.is_integer() and 1 <= value <= MAX_WHOLE_EXPONENT else None
 
 
-def _repeated_product(x: te.Tensor, exponent: int) -> te.Tensor:
+def _repeated_product(x: te.Tensor, exponent: int, bind: bool) -> te.Tensor:
     def product(*i):
-        value = x(*i)
-        for _ in range(exponent - 1):
-            value = value * x(*i)
-        return value
+        def power(base):
+            value = base
+            for _ in range(exponent - 1):
+                value = value * base
+            return value
+
+        return fastmath.bound(x(*i), power) if bind else power(x(*i))
 
     return te.compute(x.shape, product, name="power")
 
 
-def legalize_power(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    base, exponent = call.args
-    whole = _whole_exponent(exponent)
-    if whole is None or base.ty.dtype != "float32":
-        return tvm_legalization(bb, call)
-    return bb.call_te(_repeated_product, base, whole, primfunc_name_hint="power")
+def _legalize_power(bind: bool):
+    """``power`` by a whole constant as a product; ``bind``: its base bound once (for GPUs,
+    whose source would print the base, and what fusion inlined into it, once per factor)."""
+    def legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        base, exponent = call.args
+        whole = _whole_exponent(exponent)
+        if whole is None or base.ty.dtype != "float32":
+            return tvm_legalization(bb, call)
+        return bb.call_te(_repeated_product, base, whole, bind, primfunc_name_hint="power")
+
+    return legalize
 
 
 EVERY_TARGET = {
     "relax.sin": legalize_sin,
     "relax.cos": legalize_cos,
-    "relax.power": legalize_power,
+    "relax.power": _legalize_power(bind=False),
 }
 # For devices without float64 (Metal): EVERY_TARGET with sin and cos reduced in float32.
 WITHOUT_FLOAT64 = {**EVERY_TARGET, "relax.sin": legalize_sin_float32,
-                   "relax.cos": legalize_cos_float32}
+                   "relax.cos": legalize_cos_float32, "relax.power": _legalize_power(bind=True)}
 CPU_ONLY = {"relax.tanh": legalize_tanh}
