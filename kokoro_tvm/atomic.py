@@ -78,6 +78,33 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
             tmp.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def atomic_folder(dest: str | os.PathLike) -> Iterator[Path]:
+    """Yields a new empty folder beside ``dest``; if the block succeeds, the folder takes
+    ``dest``'s place (an existing ``dest`` is moved aside first and removed after), else it is
+    removed: an interrupted write leaves the previous folder or none."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.tmp."))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes 0700; give the folder the usual mode
+        old = None
+        if dest.exists():
+            old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.old."))
+            os.replace(dest, old / dest.name)
+        os.replace(tmp, dest)
+        if old is not None:
+            shutil.rmtree(old)
+    except OSError as err:
+        if err.errno in _FULL:
+            raise disk_full(dest, err) from err
+        raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
 def write_text(dest: str | os.PathLike, text: str) -> None:
     with atomic_path(dest) as tmp:
         tmp.write_text(text, encoding="utf-8")

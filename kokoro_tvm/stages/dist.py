@@ -3,18 +3,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from kokoro_tvm import paths
-from kokoro_tvm.atomic import sha256_file, umask, write_json
+from kokoro_tvm.atomic import atomic_folder, sha256_file, write_json
 from kokoro_tvm.facts import SAMPLE_RATE
 from kokoro_tvm.paths import PathLike
 from kokoro_tvm.runtime.model_folder import FORMAT
 
 
-def _place(source: Path, folder: Path, relative: str, files: dict[str, str]) -> None:
+def place(source: Path, folder: Path, relative: str, files: dict[str, str]) -> None:
     """``source`` at ``folder/relative`` (a hard link where the filesystem allows, since
     artifacts are replaced by rename, never rewritten in place), its sha256 in ``files``."""
     dest = folder / relative
@@ -24,17 +23,6 @@ def _place(source: Path, folder: Path, relative: str, files: dict[str, str]) -> 
     except OSError:
         shutil.copyfile(source, dest)
     files[relative] = sha256_file(dest)
-
-
-def _replace_folder(tmp: Path, out: Path) -> None:
-    """``tmp`` renamed to ``out``; an existing ``out`` is moved aside first and removed after."""
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old."))
-        os.replace(out, old / out.name)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old)
 
 
 def model_manifest(target: str, architecture: str, system: str, cpu: dict[str, Any],
@@ -64,10 +52,7 @@ def write_dist(manifest: PathLike, model_config: PathLike, voices: list[PathLike
     folder or none."""
     build = json.loads(Path(manifest).read_text())
     work = paths.work_folder(manifest)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp."))
-    try:
+    with atomic_folder(out) as tmp:
         files: dict[str, str] = {}
         libraries, left_out = [], []
         for entry in build["libraries"]:
@@ -78,19 +63,19 @@ def write_dist(manifest: PathLike, model_config: PathLike, voices: list[PathLike
             library = (paths.MODEL_PLAN if entry["device"] == "webgpu"
                        else paths.MODEL_LIBRARY).format(**dims)
             params = paths.MODEL_PARAMS.format(component=entry["component"])
-            _place(work / entry["library"], tmp, library, files)
+            place(work / entry["library"], tmp, library, files)
             if params not in files:
-                _place(paths.artifact(paths.PARAMS, work, component=entry["component"]), tmp,
+                place(paths.artifact(paths.PARAMS, work, component=entry["component"]), tmp,
                        params, files)
             transforms = {name: function["transform"]
                           for name, function in entry["functions"].items()}
             libraries.append({**dims, "library": library, "params": params,
                               "device": entry["device"], "transforms": transforms,
                               "validated": entry["validated"]})
-        _place(Path(model_config), tmp, paths.MODEL_CONFIG, files)
+        place(Path(model_config), tmp, paths.MODEL_CONFIG, files)
         names = sorted(Path(voice).stem for voice in voices)
         for voice in voices:
-            _place(Path(voice), tmp, paths.MODEL_VOICE.format(voice=Path(voice).stem), files)
+            place(Path(voice), tmp, paths.MODEL_VOICE.format(voice=Path(voice).stem), files)
         # The CPU and system the libraries' host code runs on (one target, one machine).
         (architecture,) = {entry["host_architecture"] for entry in build["libraries"]}
         (system,) = {entry["system"] for entry in build["libraries"]}
@@ -98,10 +83,5 @@ def write_dist(manifest: PathLike, model_config: PathLike, voices: list[PathLike
         document = model_manifest(build["target"], architecture, system, json.loads(cpu),
                                   libraries, files, names, left_out)
         write_json(tmp / paths.MODEL_MANIFEST, document)
-        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes 0700; give the folder the usual mode
-        _replace_folder(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return document
 
