@@ -19,6 +19,7 @@ include: "rules/manifest.smk"
 include: "rules/dist.smk"
 include: "rules/image.smk"
 include: "rules/mac_check.smk"
+include: "rules/web.smk"
 include: "rules/bench.smk"
 include: "rules/report.smk"
 

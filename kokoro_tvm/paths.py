@@ -57,6 +57,15 @@ DIST = f"{RESULTS}/dist/{{target}}"
 IMAGE = f"{RESULTS}/image/{{target}}.tar"
 # The image's base, checked before any library is built: its name, engine and Python.
 IMAGE_BASE = f"{RESULTS}/image/base.json"
+# The browser's side (stages/web.py): the ES module that plays webgpu plans (kokoro_tvm/web/,
+# copied to WEB_MODULE) beside a browser-shaped copy of the webgpu model folder (WEB_MODEL):
+# the plans as they are, the weights and voices as raw little-endian binaries, and a manifest
+# with each file's sha256 and size. Paths inside WEB_MODEL are relative to it.
+WEB = f"{RESULTS}/web"
+WEB_MODEL = "model"
+WEB_MODULE = "js"
+WEB_WEIGHTS = "weights/{component}.bin"
+WEB_VOICE = f"{MODEL_VOICE_DIR}/{{voice}}.bin"
 # The bundle a Mac owner checks the Mac targets' libraries with (stages/mac_check.py).
 MAC_CHECK = f"{RESULTS}/mac_check"
 BENCH_LSTM = f"{RESULTS}/bench/lstm/{{target}}.json"

@@ -58,6 +58,20 @@ def runtime_code():
     return [*code_files(root, root / "kokoro_tvm/cli.py"), *page, str(root / "pyproject.toml")]
 
 
+def web_module():
+    """The browser's ES module (kokoro_tvm/web/*.js), which the web stage copies beside the
+    model."""
+    return sorted(str(p) for p in (Path(workflow.basedir) / "kokoro_tvm/web").glob("*.js"))
+
+
+def web_target():
+    """The target whose model folder `snakemake web` copies for the browser: the webgpu-kind
+    target of target_options (the first of `targets` where there are several)."""
+    names = [t for t, options in setting("target_options").items()
+             if device_kind(options) == "webgpu"]
+    return ([t for t in setting("targets") if t in names] + names + ["webgpu"])[0]
+
+
 def component_code(script_name):
     """``code_inputs`` for a rule with a component wildcard (and a target one, where it has)."""
 
