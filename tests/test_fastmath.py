@@ -84,3 +84,15 @@ def test_exp_clamps_outside_the_normal_range_and_keeps_nan():
     assert np.all(got[:3] == 0.0)
     np.testing.assert_allclose(got[3:5], np.exp(np.float32(fastmath.EXP_CLAMP)), rtol=2e-7)
     assert np.isnan(got[5]) and got[6] == 1.0
+
+
+def test_log_is_within_two_ulp_of_libm():
+    """log of positive normal floats, relative to float32's spacing at the exact value: from
+    2^-24 (the noise kernel's smallest 1 - u) to 1e6, and densely around 1, where the result
+    is near 0."""
+    x = np.concatenate([np.geomspace(2.0 ** -24, 1e6, N // 2),
+                        np.linspace(0.9, 1.1, N // 2)]).astype("float32")
+    got = _run(fastmath.log, x).astype("float64")
+    want = np.log(x.astype("float64"))
+    spacing = np.spacing(np.abs(want).astype("float32")).astype("float64")
+    assert np.max(np.abs(got - want) / np.maximum(spacing, 1e-45)) <= 2.0

@@ -38,28 +38,28 @@ def test_philox_gives_random123s_known_answers(counter, key, expected):
 
 
 @functools.cache
-def _kernel(samples: int, wide: bool = True):
-    """The CPU kernel, built alone for this machine; not ``wide``: with WebGPU's products in
-    32-bit halves."""
-    func = noise_kernel(samples, wide=wide).with_attr("global_symbol", "noise")
+def _kernel(samples: int, webgpu: bool = False):
+    """The CPU kernel, built alone for this machine; ``webgpu``: in WebGPU's form (products in
+    16-bit halves, log's series near 1, the arithmetic sin and cos)."""
+    func = noise_kernel(samples, webgpu=webgpu).with_attr("global_symbol", "noise")
     return tvm.compile(tvm.IRModule({"noise": func}), target=make_target({"kind": "llvm"}))
 
 
-def _draw(samples: int, seed: int, wide: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    kernel, device = _kernel(samples, wide), tvm.cpu()
+def _draw(samples: int, seed: int, webgpu: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    kernel, device = _kernel(samples, webgpu), tvm.cpu()
     phases = tvm.runtime.empty((1, HARMONICS), "float32", device)
     noise = tvm.runtime.empty((1, samples, 1), "float32", device)
     kernel["noise"](tvm.runtime.tensor(noise_key(seed), device), phases, noise)
     return phases.numpy(), noise.numpy()
 
 
-@pytest.mark.parametrize("wide", [True, False], ids=["uint64", "uint32"])
+@pytest.mark.parametrize("webgpu", [False, True], ids=["native", "webgpu"])
 @pytest.mark.parametrize("samples, seed", [(4, 0), (1001, 7), (SAMPLES_PER_FRAME * 32, 2**40 + 3)])
-def test_kernel_draws_what_numpy_computes(samples, seed, wide):
+def test_kernel_draws_what_numpy_computes(samples, seed, webgpu):
     """The same Philox words (phases, from 24 bits of a word, are equal bit for bit), then
     Box-Muller in float32 against float64: within a few float32 steps of values up to ~5. Both
-    forms of the products: in uint64, and WebGPU's in 32-bit halves."""
-    phases, noise = _draw(samples, seed, wide)
+    forms: the native one, and WebGPU's (its integer and float32 arithmetic, run here)."""
+    phases, noise = _draw(samples, seed, webgpu)
     want_phases, want_noise = device_noise(seed, samples)
     np.testing.assert_array_equal(phases, want_phases)
     assert noise.shape == want_noise.shape == (1, samples, 1)

@@ -115,6 +115,28 @@ def test_a_kernel_over_eight_storage_buffers_is_refused_at_build():
     assert [len(k["bindings"]) for k in plan["kernels"].values()] == [8]
 
 
+def test_float_constants_reach_the_wgsl_exactly():
+    """TVM prints float32 constants with 7 digits: pi/2's first 12-bit part (1.57080078125)
+    would be 1.570801, 2.2e-7 off, which a sine reduction multiplies by its quarter turns. The
+    plan writes such a constant as its bits, and leaves those 7 digits give back."""
+    x = te.placeholder((256,), "float32", "x")
+    y = te.compute((256,), lambda i: x[i] * tvm.tirx.const(1.57080078125, "float32")
+                   + tvm.tirx.const(0.5, "float32"), "y")
+    func = te.create_prim_func([x, y]).without_attr("global_symbol")
+    bb = relax.BlockBuilder()
+    param = relax.Var("x", relax.TensorType((256,), "float32"))
+    with bb.function("main", [param], {"num_input": 1}):
+        out = bb.emit(relax.call_tir(bb.add_func(func, "scale"), [param],
+                                     relax.TensorType((256,), "float32")))
+        bb.emit_func_output(out)
+    from kokoro_tvm.compile.lower import lower
+
+    (kernel,) = build_plan(lower(bb.get(), WEBGPU), WEBGPU)["kernels"].values()
+    bits = int(np.array([1.57080078125], np.float32).view(np.uint32)[0])
+    assert f"bitcast<f32>({bits:#010x}u)" in kernel["wgsl"]
+    assert "1.570801e+00f" not in kernel["wgsl"] and "5.000000e-01f" in kernel["wgsl"]
+
+
 @tvm.script.ir_module
 class _Chain:
     @R.function

@@ -158,3 +158,35 @@ def exp(x: tirx.PrimExpr) -> tirx.PrimExpr:
     scale = tirx.reinterpret(DTYPE, biased << tirx.const(_FLOAT32_MANTISSA_BITS, "int32"))
     value = (expm1 + tirx.const(1.0, DTYPE)) * scale
     return tirx.Select(tirx.isnan(x), x, value)  # NaN in, NaN out (the clamp would hide it)
+
+
+# log: Cephes' logf (x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(1 + f) for f = m - 1 by a
+# degree-9 polynomial, e ln 2 in the two parts of exp's).
+_SQRT_HALF = 0.70710678118654752440
+_LOG_POLY = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
+             1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1,
+             3.3333331174e-1)
+
+
+def log(x: tirx.PrimExpr) -> tirx.PrimExpr:
+    """log of a positive normal float32 ``x``, within 2 ulp, its values bound once as sin's are
+    (the WebGPU noise kernel's: WGSL's own log may be off by 2^-21 near 1)."""
+    def of(x):
+        bits = tirx.reinterpret("int32", x)
+        exponent = (bits >> tirx.const(_FLOAT32_MANTISSA_BITS, "int32")) - tirx.const(
+            _FLOAT32_EXPONENT_BIAS - 1, "int32")
+        # The mantissa as m in [1/2, 1): x = m 2^exponent.
+        half = tirx.reinterpret(DTYPE, (bits & tirx.const((1 << _FLOAT32_MANTISSA_BITS) - 1,
+                                                          "int32"))
+                                | tirx.const((_FLOAT32_EXPONENT_BIAS - 1)
+                                             << _FLOAT32_MANTISSA_BITS, "int32"))
+        low = half < tirx.const(_SQRT_HALF, DTYPE)
+        e = tirx.Cast(DTYPE, exponent - tirx.Cast("int32", low))
+        return bound(tirx.Select(low, half + half, half) - tirx.const(1.0, DTYPE),
+                     lambda f: bound(f * f, lambda square: (
+                         f + (f * square * _horner(_LOG_POLY, f)
+                              + e * tirx.const(_LN2_LO, DTYPE)
+                              - tirx.const(0.5, DTYPE) * square)
+                         + e * tirx.const(_LN2_HI, DTYPE))))
+
+    return bound(x, of)

@@ -37,6 +37,7 @@ from kokoro_tvm.abi import (
     PHILOX_WORDS,
     SAMPLE_STREAM,
 )
+from kokoro_tvm.compile import fastmath
 from kokoro_tvm.compile.library_functions import add_kernel_function, input_types
 from kokoro_tvm.facts import HARMONICS
 
@@ -64,9 +65,9 @@ def _product(multiplier, word, mix, words, at):
 
 
 @T.macro
-def _philox(key, counter, stream, words, wide):
-    """Philox4x32-10 of counter ``(counter, stream, 0, 0)`` under ``key`` into ``words``;
-    ``wide``: the rounds' products in uint64, else in 16-bit halves (``_product``)."""
+def _philox(key, counter, stream, words, webgpu):
+    """Philox4x32-10 of counter ``(counter, stream, 0, 0)`` under ``key`` into ``words``: the
+    rounds' products in uint64, or for WebGPU in 16-bit halves (``_product``)."""
     words[0] = T.uint32(counter)
     words[1] = T.uint32(stream)
     words[2] = T.uint32(0)
@@ -78,7 +79,7 @@ def _philox(key, counter, stream, words, wide):
         w1: T.let[T.uint32] = words[1]
         w2: T.let[T.uint32] = words[2]
         w3: T.let[T.uint32] = words[3]
-        if wide:
+        if not webgpu:
             p0: T.let[T.uint64] = T.uint64(PHILOX_MULTIPLIERS[0]) * T.Cast("uint64", w0)
             p1: T.let[T.uint64] = T.uint64(PHILOX_MULTIPLIERS[1]) * T.Cast("uint64", w2)
             words[0] = T.Cast("uint32", T.shift_right(p1, T.uint64(32))) ^ w1 ^ k0
@@ -95,36 +96,52 @@ def _unit(word):
     return T.Cast("float32", T.shift_right(word, T.uint32(8))) * T.float32(_UNIT)
 
 
+def _log(x, webgpu: bool):
+    """The device's log, or for WebGPU the arithmetic form (fastmath.py): WGSL allows log an
+    absolute error of 2^-21 on [0.5, 2], which near 1 is most of the value (and of a small
+    radius)."""
+    return fastmath.log(x) if webgpu else T.log(x)
+
+
+def _cos_sin(angle, webgpu: bool):
+    """cos and sin of an angle in [0, 2 pi): the device's, or for WebGPU the arithmetic forms
+    (WGSL allows sin and cos 2^-11 absolute error; SwiftShader is off by 2e-4)."""
+    if webgpu:
+        return fastmath.cos(angle, wide=False), fastmath.sin(angle, wide=False)
+    return T.cos(angle), T.sin(angle)
+
+
 @T.macro
-def _normals(key, counter, samples, words, noise, wide):
+def _normals(key, counter, samples, words, noise, webgpu):
     """The four standard normals of ``counter`` (samples 4 * counter ..), Box-Muller on the
     word pairs (0, 1) and (2, 3); those past ``samples`` are not written."""
-    _philox(key, counter, SAMPLE_STREAM, words, wide)
+    _philox(key, counter, SAMPLE_STREAM, words, webgpu)
     for pair in range(2):
         # 1 - u is in (0, 1]: the logarithm stays finite.
         radius: T.let[T.float32] = T.sqrt(
-            T.float32(-2.0) * T.log(T.float32(1.0) - _unit(words[2 * pair])))
+            T.float32(-2.0) * _log(T.float32(1.0) - _unit(words[2 * pair]), webgpu))
         angle: T.let[T.float32] = T.float32(_TWO_PI) * _unit(words[2 * pair + 1])
         if counter * PHILOX_WORDS + 2 * pair < samples:
-            noise[0, counter * PHILOX_WORDS + 2 * pair, 0] = radius * T.cos(angle)
+            noise[0, counter * PHILOX_WORDS + 2 * pair, 0] = radius * _cos_sin(angle, webgpu)[0]
         if counter * PHILOX_WORDS + 2 * pair + 1 < samples:
-            noise[0, counter * PHILOX_WORDS + 2 * pair + 1, 0] = radius * T.sin(angle)
+            noise[0, counter * PHILOX_WORDS + 2 * pair + 1, 0] = (
+                radius * _cos_sin(angle, webgpu)[1])
 
 
 @T.macro
-def _phases(key, words, phases, wide):
+def _phases(key, words, phases, webgpu):
     for counter in range((HARMONICS + PHILOX_WORDS - 1) // PHILOX_WORDS):
-        _philox(key, counter, PHASE_STREAM, words, wide)
+        _philox(key, counter, PHASE_STREAM, words, webgpu)
         for w in range(PHILOX_WORDS):
             if counter * PHILOX_WORDS + w < HARMONICS:
                 phases[0, counter * PHILOX_WORDS + w] = _unit(words[w])
 
 
-def noise_kernel(samples: int, gpu: bool = False, wide: bool = True) -> tvm.tirx.PrimFunc:
+def noise_kernel(samples: int, gpu: bool = False, webgpu: bool = False) -> tvm.tirx.PrimFunc:
     """key [2] uint32 -> phases [1, HARMONICS] in [0, 1), noise [1, samples, 1] standard
     normals; the CPU form (counters in parallel), or the GPU form (a thread per counter).
-    ``wide``: the target has 64-bit integers (WebGPU has not: int32 counters, and the products
-    in 32-bit halves)."""
+    ``webgpu``: WebGPU's form, without 64-bit integers (int32 counters, the products in 16-bit
+    halves) and without WGSL's loose log, sin and cos."""
     counters = -(-samples // PHILOX_WORDS)
     blocks = -(-counters // THREADS_PER_BLOCK)
 
@@ -137,23 +154,23 @@ def noise_kernel(samples: int, gpu: bool = False, wide: bool = True) -> tvm.tirx
             for block in T.thread_binding(blocks, thread="blockIdx.x"):
                 for thread in T.thread_binding(THREADS_PER_BLOCK, thread="threadIdx.x"):
                     words = T.alloc_buffer((PHILOX_WORDS,), "uint32", scope="local")
-                    if wide:
+                    if not webgpu:
                         counter: T.let[T.int64] = (T.int64(block) * THREADS_PER_BLOCK
                                                    + T.int64(thread))
                         if counter < counters:
-                            _normals(key, counter, samples, words, noise, wide)
+                            _normals(key, counter, samples, words, noise, webgpu)
                     else:
                         counter32: T.let[T.int32] = block * THREADS_PER_BLOCK + thread
                         if counter32 < counters:
-                            _normals(key, counter32, samples, words, noise, wide)
+                            _normals(key, counter32, samples, words, noise, webgpu)
                     if block == 0 and thread == 0:
-                        _phases(key, words, phases, wide)
+                        _phases(key, words, phases, webgpu)
         else:
             for counter in T.parallel(counters):
                 words = T.alloc_buffer((PHILOX_WORDS,), "uint32", scope="local")
-                _normals(key, T.int64(counter), samples, words, noise, wide)
+                _normals(key, T.int64(counter), samples, words, noise, webgpu)
             words = T.alloc_buffer((PHILOX_WORDS,), "uint32", scope="local")
-            _phases(key, words, phases, wide)
+            _phases(key, words, phases, webgpu)
 
     return philox_noise
 
@@ -171,6 +188,6 @@ def add_noise_function(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRMo
     return add_kernel_function(
         mod, NOISE_FUNCTION, [relax.Var(NOISE_KEY, relax.TensorType((2,), "uint32"))],
         noise_kernel(samples, gpu="gpu" in target.keys,
-                     wide=target.kind.name != "webgpu"), f"{KERNEL_PREFIX}{samples}",
+                     webgpu=target.kind.name == "webgpu"), f"{KERNEL_PREFIX}{samples}",
         [relax.TensorType((1, HARMONICS), "float32"),
          relax.TensorType((1, samples, 1), "float32")])

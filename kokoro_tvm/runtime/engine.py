@@ -240,14 +240,16 @@ class TvmEngine:
     ``noise`` draws SineGen's randomness for the valid frames (padding gets zeros):
     ``numpy_noise`` (the default on a CPU) needs only numpy, ``TorchEngine.noise``
     (model/reference.py) reproduces PyTorch's draws for comparisons, and ``LIBRARY_NOISE`` (the
-    default on a GPU) has each decoder library draw it where it runs, padding included, so that
-    no noise crosses to the device (docs/gpu.md, CUDA speed). ``allocator`` is TVM's for the
-    libraries' calls: "pooled" keeps every bucket's activations once it has run (the fastest
-    for one utterance at a time), "naive" frees them after each call, so that a process that
-    runs every bucket (a server) holds the largest call's activations, not the sum of all
-    (docs/serving.md, Memory). ``max_frames`` leaves out the frame buckets above the first that
-    holds it (``buckets_within``): longer chunks are split (speech.py halves them at a clause or
-    word boundary), which bounds each call's time and memory.
+    default for cuda folders) has each decoder library draw it where it runs, padding included,
+    so that no noise crosses to the device (docs/gpu.md, CUDA speed). webgpu folders keep
+    numpy's: a seed gives them the audio it gives a CPU folder (docs/other-targets.md).
+    ``allocator`` is TVM's for the libraries' calls: "pooled" keeps every bucket's activations
+    once it has run (the fastest for one utterance at a time), "naive" frees them after each
+    call, so that a process that runs every bucket (a server) holds the largest call's
+    activations, not the sum of all (docs/serving.md, Memory). ``max_frames`` leaves out the
+    frame buckets above the first that holds it (``buckets_within``): longer chunks are split
+    (speech.py halves them at a clause or word boundary), which bounds each call's time and
+    memory.
     """
 
     def __init__(self, folder: ModelFolder | str | Path, *, lstm: str | None = None,

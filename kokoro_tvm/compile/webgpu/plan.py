@@ -12,7 +12,8 @@ WebGPU, has the format):
   gives each kernel's WGSL, its storage bindings in parameter order and a uniform of its scalars
   followed by the grid's x extent.
 
-Three fixes to TVM's WGSL: bool and int8 buffers become ``array<i8>``, a type WGSL does not
+Four fixes to TVM's WGSL: float32 constants printed with too few digits are written exactly;
+bool and int8 buffers become ``array<i8>``, a type WGSL does not
 have, so they are stored as i32 (abi.WEBGPU_STORAGE; the plan and the player convert at the
 edges); infinity is written ``inff``, which WGSL does not know; and the guard of a grid folded
 into z (x extents over 65,535, as TVM's JS runtime folds them) compares with ``>`` where ``>=``
@@ -79,6 +80,36 @@ def _fixed_wgsl(source: str) -> str:
                                              ">= podArgs.packGridDimX)")
     # TVM writes infinity as C's ``inff``; WGSL has no literal for it.
     return re.sub(r"\binff\b", "bitcast<f32>(0x7f800000u)", source)
+
+
+# TVM prints float32 constants with 7 significant digits, which do not always give the constant
+# back (9 do): pi/2's 12-bit parts in the sine reduction, 2^-24 in the noise's uniforms. Each
+# such literal is written as the bits of the constant the device module holds.
+_FLOAT_LITERAL = re.compile(r"(?<![\w.])(\d\.\d{6}e[+-]\d{2})f\b")
+_SCRIPT_FLOAT = re.compile(r"T\.float32\((-?[\d.]+(?:e[+-]?\d+)?)\)")
+
+
+def exact_float_literals(source: str, device_script: str) -> str:
+    """``source`` with each float literal that does not give back the device module's constant
+    (``device_script``: its TVMScript, which prints every digit) written as that constant's
+    bits."""
+    exact: dict[str, set] = {}
+    for text in _SCRIPT_FLOAT.findall(device_script):
+        value = abs(np.float32(text))
+        exact.setdefault(f"{value:.6e}", set()).add(value)
+
+    def literal(match: re.Match) -> str:
+        printed = match.group(1)
+        values = exact.get(printed, set())
+        if len(values) > 1:
+            raise ValueError(f"the WGSL literal {printed} stands for several float32 constants "
+                             f"{sorted(float(v) for v in values)}: they cannot be told apart")
+        if not values or np.float32(printed) == next(iter(values)):
+            return match.group(0)
+        bits = int(np.array([next(iter(values))], np.float32).view(np.uint32)[0])
+        return f"bitcast<f32>({bits:#010x}u)"
+
+    return _FLOAT_LITERAL.sub(literal, source)
 
 
 def kernel_sources(device_source: str) -> dict[str, str]:
@@ -321,8 +352,10 @@ def host_and_device(lowered: tvm.IRModule, target: tvm.target.Target
         lowered_tir = pipeline(prims)
     _, devices = split_host_device_mods(lowered_tir)
     build = tvm.get_global_func("target.build.webgpu")
-    sources = [build(device_passes()(mod), device).inspect_source()
-               for device, mod in devices.items()]
+    sources = []
+    for device, mod in devices.items():
+        mod = device_passes()(mod)
+        sources.append(exact_float_literals(build(mod, device).inspect_source(), mod.script()))
     return split["host"], "\n".join(sources)
 
 
