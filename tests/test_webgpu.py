@@ -1,27 +1,34 @@
-"""The webgpu target (docs/other-targets.md, WebGPU): the tiny build's launch plans, validated
-against PyTorch on this machine's WebGPU adapter (Mesa's lavapipe here: a CPU driver, so this
-says nothing of a GPU's speed), within WebGPU's default limits, and spoken beside llvm.
+"""The webgpu target (docs/other-targets.md, WebGPU): launch plans validated against PyTorch on
+this machine's WebGPU adapter (Mesa's lavapipe here: a CPU driver, so this says nothing of a
+GPU's speed), within WebGPU's default limits, and spoken beside llvm.
 
 - Every library of the tiny build's webgpu folder was validated by the validate rule on this
   machine's adapter, its kernels within the default limits (checked again from the plan); so
-  were the real weights' components at one bucket, but the decoder (minutes on lavapipe).
+  was every library of the real weights' webgpu folder at the real build's smallest buckets,
+  whose `say` speaks a sentence as llvm's does (same seed, the validation's bars), as does
+  the server on that folder.
 - A kernel over 8 storage buffers is refused at build time in one line naming it and the limit;
-  fusion keeps a wide elementwise chain within 8 where FuseOps alone would not.
-- The engine speaks from the webgpu folder as from the llvm one (same seed): the validation's
-  SNR and log-mel bars; the player refuses a plan of another format, and a machine with no
-  adapter is told what to install, in one line.
+  fusion keeps a wide elementwise chain within 8 where FuseOps alone would not; float32
+  constants reach the WGSL exactly.
+- The engine speaks from the tiny webgpu folder as from the llvm one (same seed); the player
+  refuses a plan of another format, and a machine with no adapter is told what to install, in
+  one line.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 
+import httpx
 import numpy as np
 import pytest
+import soundfile
 import tvm
 from conftest import (
     BIN,
+    REAL_BUCKETS,
     TINY_IDS,
     TINY_SPEED,
     install_lavapipe,
@@ -37,6 +44,7 @@ from kokoro_tvm.compile.webgpu import limits
 from kokoro_tvm.compile.webgpu.fusion import _bindings, fuse_within
 from kokoro_tvm.compile.webgpu.plan import build_plan, describe_kernel
 from kokoro_tvm.facts import COMPONENT_NAMES
+from kokoro_tvm.measure.bench_serve import Server
 from kokoro_tvm.measure.metrics import SPECTRAL_TOLERANCES, log_mel_l1, snr_db
 from kokoro_tvm.runtime.voices import style_for
 
@@ -59,26 +67,59 @@ def test_every_webgpu_library_is_validated_within_the_default_limits(other_built
                 assert max(dispatch["grid"]) <= limits.MAX_WORKGROUPS
 
 
-# The real weights' components at one bucket each (buckets the real build has references for),
-# but the decoder, whose validation on lavapipe takes minutes (docs/other-targets.md, WebGPU).
-REAL_WEBGPU_LIBRARIES = {"bert": (paths.WITHOUT_LSTM, 64), "duration": ("tir_vec", 64),
-                         "text_encoder": ("tir_vec", 64), "f0n": ("tir_vec", 64)}
+# The real build's smallest buckets (lavapipe runs the decoder at 160 frames in about 30 s), and
+# a sentence they hold.
+REAL_WEBGPU_BUCKETS = {component: buckets[:1] for component, buckets in REAL_BUCKETS.items()}
+REAL_SENTENCE = "Hello there."
 
 
 @pytest.mark.slow
-def test_the_real_weights_validate_on_webgpu(real_built, workflow, tmp_path_factory):
-    """Kokoro-82M's components built for webgpu and validated against PyTorch by the validate
-    rule, with the project's tolerances."""
+def test_the_real_webgpu_folder_validates_and_speaks_as_the_llvm_one(real_built, workflow,
+                                                                     tmp_path_factory,
+                                                                     tmp_path):
+    """Kokoro-82M's webgpu folder at the real build's smallest buckets: every library
+    validated against PyTorch by the validate rule on this machine's adapter, with the
+    project's tolerances; a sentence through ``say --target webgpu`` against ``--target
+    llvm``, same seed, within the bars the decoder's validation judged its audio by; and the
+    server on the webgpu folder giving that audio."""
     install_lavapipe(tmp_path_factory)
-    reports = {component: paths.VALIDATION.format(target="webgpu", component=component,
-                                                  lstm=lstm, bucket=bucket)
-               for component, (lstm, bucket) in REAL_WEBGPU_LIBRARIES.items()}
-    run_workflow(real_built, workflow, *reports.values(), configfiles=())
-    for component, report in reports.items():
-        validation = json.loads((real_built / report).read_text())
-        print(component, {key: m["value"] for key, m in validation["metrics"].items()
-                          if "value" in m})
-        assert validation["passed"] is True, validation
+    run_workflow(real_built, workflow, paths.DIST.format(target="webgpu"), "--config",
+                 f"buckets={json.dumps(REAL_WEBGPU_BUCKETS)}", configfiles=())
+    libraries = json.loads((model_folder(real_built, "webgpu") / paths.MODEL_MANIFEST)
+                           .read_text())["libraries"]
+    assert sorted(e["component"] for e in libraries) == sorted(COMPONENT_NAMES)
+    for entry in libraries:
+        assert entry["validated"] is True and entry["device"] == "webgpu", entry
+    audio, summaries = {}, {}
+    for target in ("llvm", "webgpu"):
+        out = tmp_path / f"{target}.wav"
+        done = subprocess.run([str(BIN / "kokoro-tvm"), "say", REAL_SENTENCE, "-o", str(out),
+                               "--target", target, "--voice", "af_heart", "--seed", "5"],
+                              capture_output=True, text=True, cwd=real_built)
+        assert done.returncode == 0, done.stderr
+        audio[target], _ = soundfile.read(out, dtype="float32")
+        summaries[target] = done.stderr + done.stdout
+    assert "WebGPU on " in summaries["webgpu"]
+    report = json.loads((real_built / paths.VALIDATION.format(
+        target="webgpu", component="decoder", lstm=paths.WITHOUT_LSTM,
+        bucket=REAL_WEBGPU_BUCKETS["decoder"][0])).read_text())["metrics"]
+    snr, l1 = snr_db(audio["webgpu"], audio["llvm"]), log_mel_l1(audio["webgpu"], audio["llvm"])
+    print(f"say webgpu against llvm: {snr:.1f} dB, log-mel L1 {l1:.3f} "
+          f"({summaries['webgpu'].strip().splitlines()[-1]})")
+    assert audio["webgpu"].shape == audio["llvm"].shape
+    assert snr >= report["chained.audio.snr_db"]["tolerance"]
+    assert l1 <= SPECTRAL_TOLERANCES["log_mel_l1"]
+    # The server on the same folder, called as its users call it: the same audio for the seed.
+    log = tmp_path / "serve.log"
+    with Server(model_folder(real_built, "webgpu"), log) as server:
+        response = httpx.post(f"{server.url}/v1/audio/speech", timeout=600, json={
+            "model": "kokoro", "input": REAL_SENTENCE, "voice": "af_heart",
+            "response_format": "wav", "seed": 5})
+    assert response.status_code == 200, response.text
+    served, _ = soundfile.read(io.BytesIO(response.content), dtype="float32")
+    assert "WebGPU on " in log.read_text()
+    assert served.shape == audio["webgpu"].shape
+    assert snr_db(served, audio["webgpu"]) >= SPECTRAL_TOLERANCES["snr_db_cap"]
 
 
 def _wide_sum(inputs: int) -> tvm.IRModule:
