@@ -230,6 +230,24 @@ def test_the_webgpu_folder_speaks_as_the_llvm_one(other_built):
     assert snr >= SPECTRAL_TOLERANCES["snr_db_cap"] and l1 <= SPECTRAL_TOLERANCES["log_mel_l1"]
 
 
+def test_bench_components_times_a_webgpu_library_beside_pytorch(other_built):
+    """bench_components takes a webgpu folder's libraries as it takes a CPU one's: the call
+    timed until the device has run it, beside PyTorch's on the same inputs."""
+    from kokoro_tvm.measure.bench_components import bench_library
+    from kokoro_tvm.model.kmodel import load_kmodel
+
+    kmodel = load_kmodel(other_built / paths.ASSET_CONFIG, other_built / paths.ASSET_WEIGHTS,
+                         disable_complex=True)
+    manifest = json.loads((model_folder(other_built, "webgpu") / paths.MODEL_MANIFEST)
+                          .read_text())
+    entry = next(e for e in manifest["libraries"] if e["component"] == "duration")
+    rows = bench_library(kmodel, entry, model_folder(other_built, "webgpu") / entry["library"],
+                         paths.artifact(paths.PARAMS, other_built, component="duration"),
+                         repeats=1)
+    assert [row["function"] for row in rows] == ["main"]
+    assert rows[0]["tvm_ms"] > 0 and rows[0]["torch_ms"] > 0
+
+
 def test_a_plan_of_another_version_is_refused(other_built, tmp_path):
     from kokoro_tvm.runtime.webgpu import WebGpuError, read_plan
 

@@ -40,7 +40,7 @@ from kokoro_tvm.model.components import TORCH_COMPONENTS, method, run_reference
 from kokoro_tvm.model.patches import patched
 from kokoro_tvm.paths import PathLike
 from kokoro_tvm.runtime.bare import call_ms
-from kokoro_tvm.runtime.library import Library, Weights
+from kokoro_tvm.runtime.devices import device, library_types
 
 PEAK_MATMUL_SIZE = 2048
 
@@ -81,7 +81,8 @@ def bench_library(kmodel, entry: dict[str, Any], library_path: PathLike, params:
     inputs = component.example_inputs(kmodel, entry["bucket"], seed)
     env = run_reference(kmodel, component.name, inputs)
     arrays = {name: value.detach().numpy() for name, value in env.items()}
-    library = Library(library_path, Weights(params))
+    library_type, weights_type = library_types(entry["device"])
+    library = library_type(library_path, weights_type(params, device(entry["device"])))
     wrapper = component.wrapper(kmodel).eval()
     rows = []
     for fn in component.functions:

@@ -289,8 +289,8 @@ class PlanLibrary:
                 self.weights.by_transform[fingerprint] = self._prepared[function]
         return self._prepared[function]
 
-    def on_device(self, function: str, inputs: Mapping[str, object]) -> list[GpuTensor]:
-        """Runs ``function`` on ``inputs`` (by name); outputs left on the device."""
+    def _call(self, function: str, inputs: Mapping[str, object]) -> Callable[[], list]:
+        """``function`` with its inputs on the device: a call that submits it."""
         planned = self._function(function, self.prepared(function)
                                  if function + TRANSFORM_SUFFIX in self.plan["functions"]
                                  else [])
@@ -298,8 +298,24 @@ class PlanLibrary:
         missing = [name for name in names if name not in inputs]
         if missing:
             raise KeyError(f"{self.path}: {function} needs inputs {missing}")
-        return planned([self._fitted(inputs[name], slot) for name, slot
-                        in zip(names, planned.inputs)])
+        args = [self._fitted(inputs[name], slot) for name, slot in zip(names, planned.inputs)]
+        return lambda: planned(args)
+
+    def bind(self, function: str, inputs: Mapping[str, object]) -> Callable[[], list]:
+        """A call of ``function`` with its inputs already on the device, which returns once
+        the device has run it (for timing, as runtime/library.py's ``bind``)."""
+        submit = self._call(function, inputs)
+
+        def call() -> list[GpuTensor]:
+            out = submit()
+            self.device.queue.read_buffer(out[0].buffer, 0, 4)  # waits for the submission
+            return out
+
+        return call
+
+    def on_device(self, function: str, inputs: Mapping[str, object]) -> list[GpuTensor]:
+        """Runs ``function`` on ``inputs`` (by name); outputs left on the device."""
+        return self._call(function, inputs)()
 
     def _fitted(self, value, slot: Mapping) -> GpuTensor:
         """An input on the device in its planned shape. Plans are static: ``align`` takes token
