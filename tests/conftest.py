@@ -402,3 +402,51 @@ def other_built(built, workflow, aarch64_env, tmp_path_factory) -> Path:
         return str(folder)
 
     return Path(once(tmp_path_factory, "other_built", make))
+
+
+@pytest.fixture(scope="session")
+def chromium(tmp_path_factory) -> str:
+    """Debian's Chromium, installed with apt where it is missing (tests/test_page.py,
+    tests/test_web.py)."""
+    found = shutil.which("chromium")
+    if found is None:
+        with apt_lock(tmp_path_factory):
+            if shutil.which("chromium") is None:
+                done = subprocess.run(["apt-get", "install", "-y", "-q", "chromium"],
+                                      capture_output=True, text=True)
+                assert done.returncode == 0, (
+                    f"no chromium and apt-get could not install it (run `apt-get install "
+                    f"chromium` as root):\n{done.stderr[-2000:]}")
+        found = shutil.which("chromium")
+    return found
+
+
+@contextlib.contextmanager
+def launched_chromium(executable: str, args: Sequence[str] = ()) -> Iterator[object]:
+    """Headless Chromium at ``executable`` with ``args``, driven by Playwright."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=list(args))
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def only_origin(page, origin: str) -> list[str]:
+    """Refuses every request of ``page`` to anywhere but ``origin``; the list it returns
+    records them."""
+    foreign: list[str] = []
+
+    def route(request_route):
+        url = request_route.request.url
+        if url == origin or url.startswith(origin + "/"):
+            request_route.continue_()
+        else:
+            foreign.append(url)
+            request_route.abort()
+
+    page.route("**/*", route)
+    return foreign
+

@@ -7,13 +7,11 @@ messages; it asks nothing of any other origin.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import time
 
 import httpx
 import pytest
-from conftest import apt_lock, model_folder
+from conftest import launched_chromium, model_folder, only_origin
 from test_serve_parts import decode
 
 from kokoro_tvm.facts import SAMPLE_RATE
@@ -29,22 +27,6 @@ SPAN_TEXTS = "spans => spans.map(s => s.textContent)"
 
 
 @pytest.fixture(scope="module")
-def chromium(tmp_path_factory) -> str:
-    """Debian's Chromium, installed with apt where it is missing."""
-    found = shutil.which("chromium")
-    if found is None:
-        with apt_lock(tmp_path_factory):
-            if shutil.which("chromium") is None:
-                done = subprocess.run(["apt-get", "install", "-y", "-q", "chromium"],
-                                      capture_output=True, text=True)
-                assert done.returncode == 0, (
-                    f"no chromium and apt-get could not install it (run `apt-get install "
-                    f"chromium` as root):\n{done.stderr[-2000:]}")
-        found = shutil.which("chromium")
-    return found
-
-
-@pytest.fixture(scope="module")
 def server(real_built, tmp_path_factory):
     log = tmp_path_factory.mktemp("page") / "server.log"
     with Server(model_folder(real_built), log) as running:
@@ -53,12 +35,8 @@ def server(real_built, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(chromium):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium, args=[AUTOPLAY])
+    with launched_chromium(chromium, [AUTOPLAY]) as launched:
         yield launched
-        launched.close()
 
 
 @pytest.fixture
@@ -67,16 +45,7 @@ def page(browser, server):
     and recorded in ``page.foreign``."""
     context = browser.new_context(accept_downloads=True)
     page = context.new_page()
-    page.foreign = []
-
-    def only_the_server(route):
-        if route.request.url.startswith(server.url):
-            route.continue_()
-        else:
-            page.foreign.append(route.request.url)
-            route.abort()
-
-    page.route("**/*", only_the_server)
+    page.foreign = only_origin(page, server.url)
     page.goto(server.url + "/")
     page.wait_for_function("document.querySelectorAll('#voice option').length > 0")
     yield page
