@@ -300,8 +300,9 @@ export class PlanLibrary {
       return { pipeline, layout };
     } catch (error) {
       // The pipeline's error says only that the module is invalid; the module's says why.
-      const info = await module.getCompilationInfo();
+      const info = await module.getCompilationInfo().catch(() => ({ messages: [] }));
       const first = info.messages.find((message) => message.type === "error");
+      this.device.check();  // a lost device says so, rather than the module
       const why = first ? `line ${first.lineNum}: ${firstLine(first.message)}`
                         : firstLine(error.message);
       throw new WebGpuError(`${this.name}: kernel ${kernelName} does not compile on this ` +

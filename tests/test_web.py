@@ -1,0 +1,364 @@
+"""The browser's side (docs/browser.md): `snakemake web` on the tiny build's webgpu folder, the
+ES module's unit tests under Node's test runner (tests/js/*.test.mjs), and the module in
+Debian's headless Chromium on WebGPU (SwiftShader, a CPU implementation): each component's
+plan played in the page on the validation's example inputs gives what the Python player gives
+on lavapipe, a changed weight file is refused in one line, and the page asks nothing of any
+other origin.
+"""
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+import shutil
+import subprocess
+import threading
+import wave
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import (
+    REPO,
+    TINY_BUCKET,
+    install_lavapipe,
+    launched_chromium,
+    model_folder,
+    once,
+    only_origin,
+    run_workflow,
+)
+
+from kokoro_tvm import facts, paths
+from kokoro_tvm.abi import WEBGPU_PLAN_FORMAT, WEBGPU_PLAN_VERSION, WEBGPU_STORAGE
+from kokoro_tvm.runtime.audio_file import pcm16
+from kokoro_tvm.stages.web import WEB_FORMAT, WEB_VERSION, WebError, module_files, write_web
+
+JS_TESTS = REPO / "tests" / "js"
+# Chromium's WebGPU on SwiftShader, its CPU Vulkan (no GPU, no display): WebGPU is behind a
+# flag on Linux, and a page must be a secure context (served from localhost) to see it.
+WEBGPU_ARGS = ["--enable-unsafe-webgpu", "--use-webgpu-adapter=swiftshader"]
+# The page's outputs against the Python player's (lavapipe): both are float32 WebGPU, the same
+# kernels in another compiler; SwiftShader's sin and cos are looser (about 2e-4 absolute).
+TOLERANCE = {"bert": 1e-5, "duration": 1e-5, "text_encoder": 1e-5, "f0n": 1e-5,
+             "decoder": 2e-3}
+# TVM writes infinity as a constant bitcast, which Chrome's WGSL compiler (Tint) evaluates at
+# shader creation and refuses ("value inf cannot be represented as 'f32'"); naga takes it.
+CONSTANT_INFINITY = "bitcast<f32>(0x7f800000u)"
+
+
+def node() -> str:
+    found = shutil.which("node")
+    assert found, "no node on PATH: install Node.js (Debian: apt-get install nodejs)"
+    return found
+
+
+def test_the_modules_node_tests_pass():
+    done = subprocess.run([node(), "--test", str(JS_TESTS)], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+
+
+def run_node(script: str) -> str:
+    done = subprocess.run([node(), "--input-type=module", "-e", script], capture_output=True,
+                          text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_modules_constants_are_the_pythons():
+    """What the module states of the plan format and the folder's manifest is what the build
+    writes (kokoro_tvm/abi.py, stages/web.py)."""
+    stated = json.loads(run_node(
+        "import * as plan from './kokoro_tvm/web/plan.js';"
+        "import * as loader from './kokoro_tvm/web/loader.js';"
+        "console.log(JSON.stringify({plan: [plan.PLAN_FORMAT, plan.PLAN_VERSION],"
+        " storage: plan.STORAGE, suffix: plan.TRANSFORM_SUFFIX,"
+        " web: [loader.WEB_FORMAT, loader.WEB_VERSION]}))"))
+    assert stated == {"plan": [WEBGPU_PLAN_FORMAT, WEBGPU_PLAN_VERSION],
+                      "storage": WEBGPU_STORAGE, "suffix": "_transform_params",
+                      "web": [WEB_FORMAT, WEB_VERSION]}
+
+
+def test_the_wav_helper_writes_the_runtimes_16_bit_pcm(tmp_path):
+    rng = np.random.default_rng(0)
+    samples = np.concatenate([rng.uniform(-1.2, 1.2, 2000), [0, 1, -1, 3, -3],
+                              np.array([16382.5, -2.5, 6.5]) / 32767]).astype(np.float32)
+    source, out = tmp_path / "samples.f32", tmp_path / "out.wav"
+    samples.tofile(source)
+    run_node("import { wavBytes } from './kokoro_tvm/web/wav.js';"
+             "import fs from 'node:fs';"
+             f"const bytes = new Uint8Array(fs.readFileSync('{source}'));"
+             "const samples = new Float32Array(bytes.buffer, 0, bytes.length / 4);"
+             f"fs.writeFileSync('{out}', new Uint8Array(wavBytes(samples, {facts.SAMPLE_RATE})));")
+    with wave.open(str(out)) as wav:
+        assert (wav.getnchannels(), wav.getsampwidth(), wav.getframerate()) == (
+            1, 2, facts.SAMPLE_RATE)
+        frames = np.frombuffer(wav.readframes(wav.getnframes()), "<i2")
+    assert np.array_equal(frames, pcm16(samples))
+
+
+@pytest.fixture(scope="session")
+def web_built(other_built, workflow, tmp_path_factory) -> Path:
+    """`snakemake web` run on the tiny build's webgpu folder (``other_built``'s); results/web."""
+    def make(_) -> str:
+        run_workflow(other_built, workflow, "web")
+        return str(paths.artifact(paths.WEB, other_built))
+
+    return Path(once(tmp_path_factory, "web_built", make))
+
+
+def test_the_web_folder_holds_the_webgpu_folders_plans_weights_and_voices(web_built,
+                                                                          other_built):
+    source = model_folder(other_built, "webgpu")
+    dist = json.loads((source / paths.MODEL_MANIFEST).read_text())
+    model = web_built / paths.WEB_MODEL
+    manifest = json.loads((model / paths.MODEL_MANIFEST).read_text())
+    assert (manifest["format"], manifest["version"]) == (WEB_FORMAT, WEB_VERSION)
+    assert manifest["sample_rate"] == facts.SAMPLE_RATE
+    assert [c["name"] for c in manifest["components"]] == list(facts.COMPONENT_NAMES)
+    on_disk = {p.relative_to(model).as_posix() for p in model.rglob("*") if p.is_file()}
+    assert on_disk == set(manifest["files"]) | {paths.MODEL_MANIFEST}
+    for relative, entry in manifest["files"].items():
+        data = (model / relative).read_bytes()
+        assert (hashlib.sha256(data).hexdigest(), len(data)) == (entry["sha256"],
+                                                                 entry["bytes"]), relative
+    for library in manifest["libraries"]:
+        assert (model / library["plan"]).read_bytes() == (source / library["plan"]).read_bytes()
+        (original,) = [e for e in dist["libraries"] if e["library"] == library["plan"]]
+        assert library["transforms"] == original["transforms"]
+    for component, table in manifest["weights"].items():
+        raw = (model / table["file"]).read_bytes()
+        with np.load(source / paths.MODEL_PARAMS.format(component=component)) as params:
+            assert [t["name"] for t in table["tensors"]] == params.files
+            for tensor in table["tensors"]:
+                stored = np.frombuffer(raw, "<" + np.dtype(tensor["storage"]).str[1:],
+                                       tensor["bytes"] // 4, tensor["offset"])
+                assert np.array_equal(stored.reshape(tensor["shape"]), params[tensor["name"]])
+    for voice, entry in manifest["voices"].items():
+        array = np.load(source / paths.MODEL_VOICE.format(voice=voice))
+        raw = np.fromfile(model / entry["file"], "<f4").reshape(entry["shape"])
+        assert np.array_equal(raw, array)
+    assert sorted(p.name for p in (web_built / paths.WEB_MODULE).iterdir()) == [
+        p.name for p in module_files()]
+
+
+def test_the_web_stage_refuses_a_cpu_folder_and_keeps_the_previous_one(other_built, tmp_path):
+    out = tmp_path / "web"
+    out.mkdir()
+    (out / "previous").write_text("kept")
+    with pytest.raises(WebError, match=r"is not a webgpu model folder .*results/dist/webgpu$"):
+        write_web(model_folder(other_built, "llvm"), out)
+    assert (out / "previous").read_text() == "kept"
+    assert [p.name for p in tmp_path.iterdir()] == ["web"]
+
+
+class _Site(SimpleHTTPRequestHandler):
+    """results/web at /, and the browser test's page and script (tests/js) at /harness/."""
+
+    def __init__(self, *args, web: Path, **kwargs):
+        self.web = web
+        super().__init__(*args, directory=str(web), **kwargs)
+
+    def translate_path(self, path):
+        if path.startswith("/harness/"):
+            return str(JS_TESTS / path.removeprefix("/harness/").split("?")[0])
+        return super().translate_path(path)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def site(web_built):
+    """results/web served on loopback by Python's http.server, as a user would serve it."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Site, web=web_built))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser(chromium):
+    with launched_chromium(chromium, WEBGPU_ARGS) as launched:
+        yield launched
+
+
+@pytest.fixture(scope="module")
+def page(browser, site):
+    """The test page, with WebGPU; every request to another origin is refused and recorded in
+    ``page.foreign``, every request at all in ``page.requests``."""
+    context = browser.new_context()
+    page = context.new_page()
+    page.foreign = only_origin(page, site)
+    page.requests = []
+    page.on("request", lambda request: page.requests.append(request.url))
+    page.goto(f"{site}/harness/harness.html")
+    page.adapter = page.evaluate("async () => (await import('/harness/harness.js')).adapter()")
+    yield page
+    context.close()
+
+
+def tensor(array: np.ndarray) -> dict:
+    """An array as the page's script takes it (tests/js/harness.js): bools as bytes, int64 as
+    int32 (as the validation's inputs are stored on the device)."""
+    array = np.ascontiguousarray(array)
+    if array.dtype == np.int64:
+        array = array.astype(np.int32)
+    dtype = "bool" if array.dtype == np.bool_ else str(array.dtype)
+    return {"b64": base64.b64encode(array.view(np.uint8) if dtype == "bool"
+                                    else array.tobytes()).decode(),
+            "dtype": dtype, "shape": list(array.shape)}
+
+
+def from_page(encoded: dict) -> np.ndarray:
+    dtype = {"bool": np.uint8}.get(encoded["dtype"], encoded["dtype"])
+    return np.frombuffer(base64.b64decode(encoded["b64"]), dtype).reshape(encoded["shape"])
+
+
+def frame_tokens(tokens: int, frames: int) -> np.ndarray:
+    """A deterministic alignment: two frames a token, the rest of the bucket's frames -1."""
+    out = np.full(frames, -1, np.int32)
+    spoken = np.repeat(np.arange(tokens, dtype=np.int32), 2)[:frames]
+    out[:len(spoken)] = spoken
+    return out
+
+
+def calls_of(component: str, built: Path) -> list[dict]:
+    """The calls a component's test plays: its functions on the validation's example inputs
+    (results/reference), the aligned inputs from `align` (token features smaller than the
+    planned 512 tokens, padded by the player) and the decoder's harmonic source from its source
+    function, both left on the device."""
+    def reference(name):
+        with np.load(paths.artifact(paths.REFERENCE, built, component=name,
+                                    bucket=TINY_BUCKET)) as npz:
+            return {key.split(".", 1)[1]: npz[key] for key in npz.files if "." in key
+                    and key.split(".", 1)[0] in ("input", "output")}
+
+    own = reference(component)
+    if component in ("bert", "duration", "text_encoder"):
+        return [{"fn": "main", "inputs": {k: v for k, v in own.items()
+                                           if k in _input_names(component, built)}}]
+    frames = frame_tokens(6, TINY_BUCKET)
+    if component == "f0n":
+        return [{"fn": "align", "onDevice": True,
+                 "inputs": {"d": reference("duration")["d"], "frame_token": frames}},
+                {"fn": "main", "inputs": {"en": {"output": [0, 0]}, "s": own["s"],
+                                          "frame_mask": own["frame_mask"]}}]
+    source = {k: own[k] for k in ("f0", "phase_noise", "sine_noise", "frame_mask")}
+    return [{"fn": "source", "onDevice": True, "inputs": source},
+            {"fn": "align", "onDevice": True,
+             "inputs": {"t_en": reference("text_encoder")["t_en"], "frame_token": frames}},
+            {"fn": "body", "inputs": {"asr": {"output": [1, 0]}, "har": {"output": [0, 0]},
+                                      **{k: own[k] for k in ("f0", "n", "s", "frame_mask")}}}]
+
+
+@functools.cache
+def _input_names(component: str, built: Path) -> tuple[str, ...]:
+    plan = json.loads(_plan_path(component, built).read_text())
+    return tuple(s["name"] for s in plan["functions"]["main"]["slots"] if s["kind"] == "input")
+
+
+def _plan_path(component: str, built: Path) -> Path:
+    manifest = json.loads((model_folder(built, "webgpu") / paths.MODEL_MANIFEST).read_text())
+    (entry,) = [e for e in manifest["libraries"] if e["component"] == component]
+    return model_folder(built, "webgpu") / entry["library"]
+
+
+def python_player(component: str, built: Path, calls: list[dict]) -> list[list[np.ndarray]]:
+    """The calls on the Python player (runtime/webgpu.py) on this machine's adapter."""
+    from kokoro_tvm.runtime.webgpu import GpuTensor, PlanLibrary, PlanWeights, webgpu_device
+
+    folder = model_folder(built, "webgpu")
+    manifest = json.loads((folder / paths.MODEL_MANIFEST).read_text())
+    (entry,) = [e for e in manifest["libraries"] if e["component"] == component]
+    library = PlanLibrary(folder / entry["library"],
+                          PlanWeights(folder / entry["params"], webgpu_device()),
+                          entry["transforms"])
+    outputs = []
+    for call in calls:
+        inputs = {name: outputs[value["output"][0]][value["output"][1]]
+                  if isinstance(value, dict) else value for name, value in call["inputs"].items()}
+        outputs.append(library.on_device(call["fn"], inputs) if call.get("onDevice")
+                       else library(call["fn"], inputs))
+    return [[t.numpy() if isinstance(t, GpuTensor) else t for t in out] for out in outputs]
+
+
+def in_the_page(page, site: str, component: str, calls: list[dict]) -> dict:
+    sent = [{**call, "inputs": {name: value if isinstance(value, dict) else tensor(value)
+                                for name, value in call["inputs"].items()}} for call in calls]
+    return page.evaluate(
+        "async ([url, component, bucket, calls]) =>"
+        " (await import('/harness/harness.js')).play(url, component, bucket, calls)",
+        [f"{site}/{paths.WEB_MODEL}/", component, TINY_BUCKET, sent])
+
+
+@pytest.fixture(scope="module")
+def lavapipe(tmp_path_factory):
+    install_lavapipe(tmp_path_factory)
+
+
+def check_component(component, page, site, other_built, record_property):
+    calls = calls_of(component, other_built)
+    if CONSTANT_INFINITY in _plan_path(component, other_built).read_text():
+        with pytest.raises(Exception, match="value inf cannot be represented as 'f32'"):
+            in_the_page(page, site, component, calls)
+        pytest.xfail(f"{component}'s plan writes infinity as {CONSTANT_INFINITY}, which "
+                     "Chrome's WGSL compiler refuses (compile/webgpu/plan.py)")
+    played = in_the_page(page, site, component, calls)
+    expected = python_player(component, other_built, calls)
+    record_property("seconds", played["seconds"])
+    assert page.adapter.startswith("WebGPU on ")
+    for call, got, want in zip(calls, played["outputs"], expected, strict=True):
+        for index, (g, w) in enumerate(zip(got, want, strict=True)):
+            g = from_page(g)
+            assert g.shape == w.shape, (call["fn"], index)
+            scale = max(1.0, float(np.abs(w).max()))
+            error = float(np.abs(g.astype(np.float64) - w).max()) / scale
+            record_property(f"{call['fn']}[{index}] error", error)
+            assert error <= TOLERANCE[component], (component, call["fn"], index, error)
+    assert page.foreign == []
+    assert all(url.startswith(site + "/") for url in page.requests)
+
+
+@pytest.mark.parametrize("component", ["bert", "duration"])
+def test_a_component_plays_in_the_browser_as_in_python(component, page, site, other_built,
+                                                       lavapipe, record_property):
+    check_component(component, page, site, other_built, record_property)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("component", ["text_encoder", "f0n", pytest.param(
+    "decoder", marks=pytest.mark.xfail(run=False, reason=(
+        "SwiftShader compiles one kernel of the decoder's body (fused_conv1d24_add32, the "
+        "output convolution) for minutes, and Chromium drops the WebGPU instance")))])
+def test_the_other_components_play_in_the_browser_as_in_python(component, page, site,
+                                                                other_built, lavapipe,
+                                                                record_property):
+    check_component(component, page, site, other_built, record_property)
+
+
+def test_a_changed_weight_file_is_refused_in_one_line(page, site):
+    """The weights served with one byte changed (as a cache or a proxy might) are refused
+    before any is uploaded, in one line naming the file."""
+    weights = f"{site}/{paths.WEB_MODEL}/{paths.WEB_WEIGHTS.format(component='duration')}"
+
+    def tampered(route):
+        body = bytearray(route.fetch().body())
+        body[1000] ^= 0x40
+        route.fulfill(body=bytes(body), content_type="application/octet-stream")
+
+    page.route(weights, tampered)
+    try:
+        said = page.evaluate(
+            "async ([url, path]) => (await import('/harness/harness.js')).load(url, path)",
+            [f"{site}/{paths.WEB_MODEL}/", paths.WEB_WEIGHTS.format(component="duration")])
+    finally:
+        page.unroute(weights, tampered)
+    assert said.startswith(f"{weights} does not match the manifest's sha256 ("), said
+    assert "\n" not in said and "refused" in said
+    assert page.foreign == []
