@@ -67,7 +67,11 @@ def test_a_client_that_stops_reading_is_dropped_while_another_is_served(folder, 
             "model": "kokoro", "input": "Good day.", "voice": "af_heart",
             "response_format": "pcm"})
         assert served.status_code == 200 and len(served.content) > SAMPLE_RATE
-        assert metric(server.url, "kokoro_tvm_queue_depth") == 1  # the stalled one, waiting
+        # The stalled one still holds its slot, unless a loaded machine took longer than
+        # --send-timeout over the short request and it was dropped already.
+        assert (metric(server.url, "kokoro_tvm_queue_depth") == 1
+                or metric(server.url, "kokoro_tvm_stopped_jobs_total",
+                          'reason="disconnected"') == 1)
         deadline = stopped_reading + 60
         while metric(server.url, "kokoro_tvm_stopped_jobs_total", 'reason="disconnected"') == 0:
             assert time.monotonic() < deadline, "the stalled client was never dropped"

@@ -75,11 +75,19 @@ def _widened_stores(source: str) -> str:
     return re.sub(r"\bi8\b", "i32", "\n".join(lines))
 
 
+_INFINITY_BITS = "infinity_bits"
+
+
 def _fixed_wgsl(source: str) -> str:
     source = _widened_stores(source).replace("> podArgs.packGridDimX)",
                                              ">= podArgs.packGridDimX)")
-    # TVM writes infinity as C's ``inff``; WGSL has no literal for it.
-    return re.sub(r"\binff\b", "bitcast<f32>(0x7f800000u)", source)
+    # TVM writes infinity as C's ``inff``; WGSL has no literal for it, and Chromium's compiler
+    # refuses a constant expression whose value is infinite (``bitcast<f32>(0x7f800000u)``),
+    # so the bits are read from a private variable, which no compiler folds.
+    if not re.search(r"\binff\b", source):
+        return source
+    return (f"var<private> {_INFINITY_BITS}: u32 = 0x7f800000u;\n"
+            + re.sub(r"\binff\b", f"bitcast<f32>({_INFINITY_BITS})", source))
 
 
 # TVM prints float32 constants with 7 significant digits, which do not always give the constant
