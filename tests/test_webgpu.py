@@ -227,6 +227,50 @@ def test_bench_components_times_a_webgpu_library_beside_pytorch(other_built):
     assert rows[0]["tvm_ms"] > 0 and rows[0]["torch_ms"] > 0
 
 
+def test_the_lstm_kernel_runs_past_lavapipes_loop_bound(tmp_path, tmp_path_factory):
+    """The GPU recurrence kernel (hidden 256, as Kokoro's) at 300 steps on this machine's
+    adapter against a float64 LSTM: lavapipe ends a loop after 65,535 iterations in all, which
+    a sum over h of 256 per step reached at step 254 (every step after it was wrong)."""
+    from kokoro_tvm.compile.gpu.lstm import recurrence_kernel_gpu
+    from kokoro_tvm.compile.lower import lower
+    from kokoro_tvm.runtime.webgpu import PlanLibrary, PlanWeights, WebGpuDevice
+
+    install_lavapipe(tmp_path_factory)
+    steps, hidden = 300, 256
+    gates = 4 * hidden
+    bb = relax.BlockBuilder()
+    params = [relax.Var("xproj", relax.TensorType((1, steps, 2, gates), "float32")),
+              relax.Var("w", relax.TensorType((2, hidden, gates), "float32")),
+              relax.Var("lengths", relax.TensorType((1,), "int32"))]
+    with bb.function("main", params, {"num_input": 3}):
+        kernel = bb.add_func(recurrence_kernel_gpu(1, steps, hidden, "int32"), "recurrence")
+        bb.emit_func_output(bb.emit(relax.call_tir(
+            kernel, params, relax.TensorType((1, steps, 2 * hidden), "float32"))))
+    (tmp_path / "lstm.plan.json").write_text(json.dumps(build_plan(lower(bb.get(), WEBGPU),
+                                                                   WEBGPU)))
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((1, steps, 2, gates)) * 0.5).astype("float32")
+    w = (rng.standard_normal((2, hidden, gates)) * 0.01).astype("float32")
+    device = WebGpuDevice()
+    (got,) = PlanLibrary(tmp_path / "lstm.plan.json", PlanWeights({}, device))(
+        "main", {"xproj": x, "w": w, "lengths": np.array([steps], "int32")})
+
+    def sigmoid(v):
+        return 1 / (1 + np.exp(-v))
+
+    want = np.zeros((steps, 2 * hidden))
+    for d in range(2):
+        h, c = np.zeros(hidden), np.zeros(hidden)
+        for s in range(steps):
+            t = s if d == 0 else steps - 1 - s
+            a = x[0, t, d] + h @ w[d].astype("float64")
+            i, f, g, o = np.split(a, 4)
+            c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+            h = sigmoid(o) * np.tanh(c)
+            want[t, d * hidden:(d + 1) * hidden] = h
+    assert np.abs(got[0] - want).max() < 1e-5
+
+
 def test_a_plan_of_another_version_is_refused(other_built, tmp_path):
     from kokoro_tvm.runtime.webgpu import WebGpuError, read_plan
 

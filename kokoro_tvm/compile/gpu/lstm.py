@@ -68,6 +68,9 @@ def recurrence_kernel_gpu(batch: int, steps: int, hidden: int, lengths_dtype: st
         raise ValueError(f"the GPU LSTM kernel runs a thread per hidden unit: hidden {hidden} "
                          f"is over {MAX_THREADS}; use the unroll method for this model")
     B, S, H, G = batch, steps, hidden, 4 * hidden
+    # Mesa's lavapipe ends a loop after 65,535 iterations in all (counted across the time
+    # loop's steps): the sum over h unrolled by 16 keeps 2,048 steps within it.
+    K_UNROLL = 16 if H % 16 == 0 else 1
 
     @T.prim_func(private=True)
     def packed_lstm_recurrence_gpu(xproj: T.Buffer((B, S, 2, G), "float32"),
@@ -92,9 +95,11 @@ def recurrence_kernel_gpu(batch: int, steps: int, hidden: int, lengths_dtype: st
                         if in_sequence:
                             for q in T.unroll(4):
                                 acc[q] = xproj[b, t, d, q * H + j]
-                            for k in range(H):
-                                for q in T.unroll(4):
-                                    acc[q] = acc[q] + h[k] * w_hh_t[d, k, q * H + j]
+                            for ko in range(H // K_UNROLL):
+                                for ki in T.unroll(K_UNROLL):
+                                    for q in T.unroll(4):
+                                        acc[q] = acc[q] + (h[ko * K_UNROLL + ki] * w_hh_t[
+                                            d, ko * K_UNROLL + ki, q * H + j])
                             c[0] = (fastmath.sigmoid(acc[1]) * c[0]
                                     + fastmath.sigmoid(acc[0]) * fastmath.tanh(acc[2]))
                         T.tvm_storage_sync("shared")  # every thread has read h
