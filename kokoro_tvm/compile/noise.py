@@ -103,12 +103,11 @@ def _log(x, webgpu: bool):
     return fastmath.log(x) if webgpu else T.log(x)
 
 
-def _cos_sin(angle, webgpu: bool):
-    """cos and sin of an angle in [0, 2 pi): the device's, or for WebGPU the arithmetic forms
-    (WGSL allows sin and cos 2^-11 absolute error; SwiftShader is off by 2e-4)."""
-    if webgpu:
-        return fastmath.cos(angle, wide=False), fastmath.sin(angle, wide=False)
-    return T.cos(angle), T.sin(angle)
+def _circular(name: str, angle, webgpu: bool):
+    """``name`` (sin or cos) of an angle in [0, 2 pi): the device's, or for WebGPU the
+    arithmetic form (WGSL allows sin and cos 2^-11 absolute error; SwiftShader is off by
+    2e-4)."""
+    return getattr(fastmath, name)(angle, wide=False) if webgpu else getattr(T, name)(angle)
 
 
 @T.macro
@@ -122,10 +121,11 @@ def _normals(key, counter, samples, words, noise, webgpu):
             T.float32(-2.0) * _log(T.float32(1.0) - _unit(words[2 * pair]), webgpu))
         angle: T.let[T.float32] = T.float32(_TWO_PI) * _unit(words[2 * pair + 1])
         if counter * PHILOX_WORDS + 2 * pair < samples:
-            noise[0, counter * PHILOX_WORDS + 2 * pair, 0] = radius * _cos_sin(angle, webgpu)[0]
+            noise[0, counter * PHILOX_WORDS + 2 * pair, 0] = (
+                radius * _circular("cos", angle, webgpu))
         if counter * PHILOX_WORDS + 2 * pair + 1 < samples:
             noise[0, counter * PHILOX_WORDS + 2 * pair + 1, 0] = (
-                radius * _cos_sin(angle, webgpu)[1])
+                radius * _circular("sin", angle, webgpu))
 
 
 @T.macro

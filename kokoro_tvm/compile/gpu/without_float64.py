@@ -17,14 +17,12 @@ import tvm
 from tvm import relax, te
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
+from kokoro_tvm.compile.branch_joins import OPAQUE
+
 WHOLE_BITS = 17  # the first part: multiples of 2^-17 turns (increments below 2: under 2^18)
 REST_BITS = 18  # the rest, below 2^-17, in multiples of 2^-35
 # Increments whose parts' sums stay inside int32 (each part under 2^18).
 MAX_STEPS = 2 ** (31 - 18)
-
-
-# TVM's op pattern for "fuse nothing into this kernel" (relay's OpPatternKind kOpaque).
-_OPAQUE = 8
 
 
 def _combine(shape) -> tvm.tirx.PrimFunc:
@@ -43,7 +41,7 @@ def _combine(shape) -> tvm.tirx.PrimFunc:
 
     out = te.compute(shape, phase, "phase")
     return (te.create_prim_func([wholes, rests, out]).without_attr("global_symbol")
-            .with_attr("op_pattern", _OPAQUE))
+            .with_attr("op_pattern", OPAQUE))
 
 
 def _fixed_point_cumsum(x: relax.Expr, axis, combine: tvm.ir.GlobalVar) -> relax.Expr:
