@@ -80,13 +80,13 @@ class WebGpuDevice:
 
     def upload(self, array: np.ndarray, dtype: str | None = None) -> "GpuTensor":
         """``array`` in a new buffer, stored as ``dtype`` (the plan's storage dtype)."""
-        stored = _stored(array, dtype or str(array.dtype))
-        buffer = self.buffer(stored.nbytes)
-        self.queue.write_buffer(buffer, 0, stored.tobytes())
-        return GpuTensor(self, buffer, array.shape, str(array.dtype), str(stored.dtype))
+        data = stored(array, dtype or str(array.dtype))
+        buffer = self.buffer(data.nbytes)
+        self.queue.write_buffer(buffer, 0, data.tobytes())
+        return GpuTensor(self, buffer, array.shape, str(array.dtype), str(data.dtype))
 
 
-def _stored(array: np.ndarray, dtype: str) -> np.ndarray:
+def stored(array: np.ndarray, dtype: str) -> np.ndarray:
     """``array`` as the 32-bit type a plan stores it in; integers that int32 cannot hold are
     refused rather than wrapped."""
     array = np.ascontiguousarray(array)

@@ -13,6 +13,7 @@ from kokoro_tvm.atomic import atomic_folder, sha256_file, write_json
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.paths import PathLike
 from kokoro_tvm.runtime.model_folder import ModelFolder
+from kokoro_tvm.runtime.webgpu import stored
 from kokoro_tvm.stages.dist import place
 
 # The layout of results/web/model/manifest.json that kokoro_tvm/web/loader.js reads (its
@@ -52,13 +53,13 @@ def _write_raw(arrays: list[tuple[str, np.ndarray]], dest: Path) -> list[dict[st
             storage = WEBGPU_STORAGE.get(str(array.dtype))
             if storage is None:
                 raise WebError(f"{name} is {array.dtype}, which WebGPU cannot store")
-            stored = np.ascontiguousarray(array).astype(np.dtype(storage).newbyteorder("<"),
-                                                        copy=False)
-            out.write(stored.tobytes())
+            data = stored(array, storage)
+            data = data.astype(data.dtype.newbyteorder("<"), copy=False)
+            out.write(data.tobytes())
             tensors.append({"name": name, "dtype": str(array.dtype), "storage": storage,
                             "shape": list(array.shape), "offset": offset,
-                            "bytes": stored.nbytes})
-            offset += stored.nbytes
+                            "bytes": data.nbytes})
+            offset += data.nbytes
     return tensors
 
 
@@ -120,7 +121,7 @@ def write_web(folder: PathLike, out: PathLike) -> dict[str, Any]:
             "components": components, "libraries": libraries, "weights": weights,
             "voices": voices, "files": files}
         write_json(model / paths.MODEL_MANIFEST, document)
+        (tmp / paths.WEB_MODULE).mkdir()
         for file in module_files():
-            (tmp / paths.WEB_MODULE).mkdir(exist_ok=True)
             shutil.copyfile(file, tmp / paths.WEB_MODULE / file.name)
     return document
