@@ -139,8 +139,8 @@ def test_readme_deployment_speaks_within_the_memory_bar(runtime_venv, real_built
 def test_bench_e2e_measures_the_tvm_engine_in_the_runtime_only_install(runtime_venv, real_built,
                                                                        tmp_path):
     """bench_e2e's --runtime-python: the TVM engine's child runs there, without PyTorch, and
-    its peak memory is reported (one round, TVM alone, one short sentence of --text: the
-    figures' plumbing, not speed)."""
+    its peak memory is reported (one round, TVM alone, one short sentence of --text, which
+    is also the one text streamed: the figures' plumbing, not speed)."""
     out, text = tmp_path / "e2e.json", tmp_path / "text.txt"
     text.write_text("Hello there.\n\n", encoding="utf-8")
     done = subprocess.run([sys.executable, str(REPO / "workflow_scripts/bench_e2e.py"),
@@ -153,9 +153,12 @@ def test_bench_e2e_measures_the_tvm_engine_in_the_runtime_only_install(runtime_v
     figures = json.loads(out.read_text())
     (tvm,) = figures["engines"]
     assert figures["sentences"] == ["Hello there."]
+    assert figures["streamed"] == {"text": "Hello there."}
     assert tvm["python"] == str(runtime_venv / "bin/python") and tvm["torch_loaded"] is False
     assert 0 < tvm["peak_rss_mb"] <= MAX_PEAK_RSS_MB and tvm["rtf"] > 0
-    assert tvm["first_audio_lead"] is True and tvm["first_audio_seconds"] > 0
+    # Two words: the first chunk is the whole sentence, no lead.
+    assert tvm["first_audio_lead"] is False and tvm["first_audio_seconds"] > 0
+    assert set(tvm["worst_stall_seconds"]) == {"text"}
 
 
 @pytest.mark.parametrize("content, engines, message", [

@@ -8,11 +8,12 @@ machine's load or clock during the run hits every engine alike (docs/benchmarks.
 turns). Reported per engine: real-time factor
 (synthesis seconds / audio seconds over all sentences), median over the rounds with every
 round's value; first-audio latency (text in -> first sentence's audio out, streaming a
-long paragraph, PARAGRAPH), median over the rounds; the worst stall of each of STREAMED streamed
-whole (metrics.worst_stall: the longest silence of a player that starts at the first chunk),
-median over the rounds with every round's value; load seconds, peak RSS and whether PyTorch was
-loaded (the TVM engine runs in a runtime-only install when given its interpreter); plus each
-engine's median RTF relative to PyTorch's.
+long paragraph, PARAGRAPH, or the whole of a given text), median over the rounds; the worst
+stall of each of STREAMED (or of the given text) streamed whole (metrics.worst_stall: the
+longest silence of a player that starts at the first chunk), median over the rounds with every
+round's value; load seconds, peak RSS and whether PyTorch was loaded (the TVM engine runs in a
+runtime-only install when given its interpreter); plus each engine's median RTF relative to
+PyTorch's.
 """
 from __future__ import annotations
 
@@ -114,10 +115,11 @@ def _make_engine(name: str, root: Path, target: str, threads: int):
 
 
 def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
-                  texts: Sequence[str], requests: multiprocessing.Queue,
+                  texts: Sequence[str], streams: dict[str, str], requests: multiprocessing.Queue,
                   replies: multiprocessing.Queue) -> None:
     """A child process: load and warm up one engine, then answer "round" requests with one
-    timed pass over ``texts`` and the first-audio latency, and "stop" with its figures."""
+    timed pass over ``texts``, the first-audio latency of the first of ``streams`` and the
+    worst stall of each, and "stop" with its figures."""
     os.environ["TVM_NUM_THREADS"] = str(threads)  # read when TVM's thread pool starts
     if name == "tvm":  # as `kokoro-tvm say` runs it
         from kokoro_tvm.runtime.process import speak_only
@@ -143,9 +145,10 @@ def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
     load_seconds = time.perf_counter() - started
     for sentence in texts:  # warm-up: first calls load libraries, prepare weights, allocate
         speak(engine, sentence, voice, speaker=speaker)
-    warm = {stream: streamed(text) for stream, text in STREAMED.items()}  # windows' buckets
+    warm = {stream: streamed(text) for stream, text in streams.items()}  # windows' buckets
+    first = next(iter(streams))  # whose first audio is measured
     # Whether first audio is a lead (the first sentence's first words) or a whole sentence.
-    led = len(warm["paragraph"][2].split()) < len(sentences(PARAGRAPH)[0].split())
+    led = len(warm[first][2].split()) < len(sentences(streams[first])[0].split())
     replies.put("ready")
     while requests.get() == "round":
         synth, audio = 0.0, 0.0
@@ -154,11 +157,11 @@ def _serve_engine(name: str, root: Path, target: str, threads: int, voice: str,
             samples = len(speak(engine, sentence, voice, speaker=speaker))
             synth += time.perf_counter() - started
             audio += samples / SAMPLE_RATE
-        streams = {stream: streamed(text) for stream, text in STREAMED.items()}
+        timed = {stream: streamed(text) for stream, text in streams.items()}
         replies.put({"synthesis_seconds": synth, "audio_seconds": audio,
-                     "first_audio_seconds": streams["paragraph"][0],
+                     "first_audio_seconds": timed[first][0],
                      "worst_stall_seconds": {stream: stall
-                                             for stream, (_, stall, _) in streams.items()}})
+                                             for stream, (_, stall, _) in timed.items()}})
     replies.put({"load_seconds": load_seconds, "python": sys.executable,
                  "first_audio_lead": led,
                  "torch_loaded": "torch" in sys.modules,
@@ -225,22 +228,23 @@ def _reply(name: str, child, replies: multiprocessing.Queue):
 
 def benchmark(root: str | Path, target: str, threads: int, voice: str, engines: Sequence[str],
               rounds: int = ROUNDS, runtime_python: str | None = None,
-              texts: Sequence[str] = SENTENCES) -> dict[str, Any]:
+              texts: Sequence[str] = SENTENCES, streams: dict[str, str] = STREAMED
+              ) -> dict[str, Any]:
     """Every engine's figures, measured in interleaved rounds (module docstring), synthesis
-    timed on ``texts``. The TVM engine runs under ``runtime_python`` when given: the
-    interpreter of a runtime-only install (no PyTorch), whose memory is what a deployment
-    pays."""
+    timed on ``texts``, first audio on the first of ``streams``, stalls on each. The TVM
+    engine runs under ``runtime_python`` when given: the interpreter of a runtime-only install
+    (no PyTorch), whose memory is what a deployment pays."""
     context = multiprocessing.get_context("spawn")
     children = {}
     for name in engines:  # one at a time, so that loading and warm-up do not overlap
         if name == "tvm" and runtime_python:
             child = _OtherPython(runtime_python, name, root, target, threads, voice,
-                                 json.dumps(list(texts)))
+                                 json.dumps(list(texts)), json.dumps(streams))
             requests, replies = child, child.replies
         else:
             requests, replies = context.Queue(), context.Queue()
             child = context.Process(target=_serve_engine, args=(
-                name, Path(root), target, threads, voice, texts, requests, replies))
+                name, Path(root), target, threads, voice, texts, streams, requests, replies))
             child.start()
         _reply(name, child, replies)
         children[name] = (child, requests, replies)
@@ -263,16 +267,17 @@ def benchmark(root: str | Path, target: str, threads: int, voice: str, engines: 
                           m["first_audio_seconds"] for m in measured[name]),
                       worst_stall_seconds={stream: statistics.median(
                           m["worst_stall_seconds"][stream] for m in measured[name])
-                          for stream in STREAMED},
+                          for stream in streams},
                       worst_stall_rounds={stream: [m["worst_stall_seconds"][stream]
                                                    for m in measured[name]]
-                                          for stream in STREAMED})
+                                          for stream in streams})
         results.append(result)
     torch_rtf = next((r["rtf"] for r in results if r["engine"] == "torch"), None)
     for result in results:
         result["rtf_vs_torch"] = result["rtf"] / torch_rtf if torch_rtf else None
     return {"target": target, "threads": threads, "voice": voice, "sentences": list(texts),
-            "first_audio_paragraph": PARAGRAPH, "streamed": STREAMED, "rounds": rounds,
+            "first_audio_text": next(iter(streams.values())), "streamed": streams,
+            "rounds": rounds,
             "cpu_count": os.cpu_count(), "engines": results}
 
 
@@ -291,15 +296,17 @@ def plot(figures: dict[str, Any], dest: str | Path) -> None:
 
 def run(root: str | Path, target: str, threads: int, voice: str, engines: list[str],
         rounds: int, out_json: str | Path, out_plot: str | Path,
-        runtime_python: str | None = None, texts: Sequence[str] = SENTENCES) -> dict[str, Any]:
+        runtime_python: str | None = None, texts: Sequence[str] = SENTENCES,
+        streams: dict[str, str] = STREAMED) -> dict[str, Any]:
     """results/bench/e2e/{target}.json and .png."""
-    figures = benchmark(root, target, threads, voice, engines, rounds, runtime_python, texts)
+    figures = benchmark(root, target, threads, voice, engines, rounds, runtime_python, texts,
+                        streams)
     write_json(out_json, figures)
     plot(figures, out_plot)
     return figures
 
 
 if __name__ == "__main__":  # an engine's child under another interpreter (_OtherPython)
-    name, root, target, threads, voice, texts = sys.argv[1:]
-    _serve_engine(name, Path(root), target, int(threads), voice, json.loads(texts), _Pipes(),
-                  _Pipes())
+    name, root, target, threads, voice, texts, streams = sys.argv[1:]
+    _serve_engine(name, Path(root), target, int(threads), voice, json.loads(texts),
+                  json.loads(streams), _Pipes(), _Pipes())
