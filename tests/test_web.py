@@ -324,10 +324,7 @@ def test_a_component_plays_in_the_browser_as_in_python(component, page, site, ot
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("component", ["text_encoder", "f0n", pytest.param(
-    "decoder", marks=pytest.mark.xfail(run=False, reason=(
-        "SwiftShader compiles one kernel of the decoder's body (fused_conv1d24_add32, the "
-        "output convolution) for minutes, and Chromium drops the WebGPU instance")))])
+@pytest.mark.parametrize("component", ["text_encoder", "f0n", "decoder"])
 def test_the_other_components_play_in_the_browser_as_in_python(component, page, site,
                                                                 other_built, lavapipe,
                                                                 record_property):

@@ -55,6 +55,11 @@ class Tile:
 
 
 DEFAULT_TILE = Tile()
+# WebGPU's unrolls 8 steps: a browser compiles every kernel when a page loads, and Chromium's
+# CPU WebGPU (SwiftShader) did not finish the output convolution unrolled to 256
+# (docs/browser.md, The decoder).
+WEBGPU_TILE = dataclasses.replace(DEFAULT_TILE, unroll=8)
+TILES = {"webgpu": WEBGPU_TILE}
 SHARED_BYTES = 40 * 1024  # of CUDA's 48 KiB a thread block may use without opting in
 
 
@@ -72,9 +77,9 @@ LEGALIZATIONS = {
 }
 
 
-def schedule_contraction(func: tvm.tirx.PrimFunc, shared_bytes: int = SHARED_BYTES
-                         ) -> s_tir.Schedule | None:
-    """The GPU schedule (``DEFAULT_TILE``, which the legalization pads to) of a function holding
+def schedule_contraction(func: tvm.tirx.PrimFunc, shared_bytes: int = SHARED_BYTES,
+                         tile: Tile = DEFAULT_TILE) -> s_tir.Schedule | None:
+    """The GPU schedule (``tile``, whose columns the legalization pads to) of a function holding
     one of our contractions, or None if it holds none or something else this schedule cannot
     place (a reduction besides the contraction). Input channels per step are the most, up to
     the tile's, whose staged tiles fit ``shared_bytes``; where none does (Metal's 32 KiB), the
@@ -90,11 +95,11 @@ def schedule_contraction(func: tvm.tirx.PrimFunc, shared_bytes: int = SHARED_BYT
         return None
     group = int(iters[-2].dom.extent)
     fits = None
-    for row_micro in (DEFAULT_TILE.row_micro, 4, 2, 1):
-        tile = dataclasses.replace(DEFAULT_TILE, row_micro=min(row_micro, DEFAULT_TILE.row_micro))
-        for channels in sorted((d for d in range(1, min(group, tile.channels) + 1)
+    for row_micro in (tile.row_micro, 4, 2, 1):
+        tried = dataclasses.replace(tile, row_micro=min(row_micro, tile.row_micro))
+        for channels in sorted((d for d in range(1, min(group, tried.channels) + 1)
                                 if group % d == 0), reverse=True):
-            sch, staged = _schedule(func, tile, channels)
+            sch, staged = _schedule(func, tried, channels)
             if 4 * staged <= shared_bytes:
                 fits = sch
                 break
@@ -172,4 +177,5 @@ class Contraction(dl.ScheduleRule):
             return None
         # Metal's threadgroup memory is 32 KiB (TVM's target says so).
         limit = int(target.attrs.get("max_shared_memory_per_block", SHARED_BYTES))
-        return schedule_contraction(func, min(SHARED_BYTES, limit))
+        return schedule_contraction(func, min(SHARED_BYTES, limit),
+                                    TILES.get(target.kind.name, DEFAULT_TILE))
