@@ -66,6 +66,7 @@ WEB_MODEL = "model"
 WEB_MODULE = "js"
 WEB_WEIGHTS = "weights/{component}.bin"
 WEB_VOICE = f"{MODEL_VOICE_DIR}/{{voice}}.bin"
+WEB_LEXICON = "g2p/{lang}.json"  # a language's lexicons for the browser's G2P
 # The bundle a Mac owner checks the Mac targets' libraries with (stages/mac_check.py).
 MAC_CHECK = f"{RESULTS}/mac_check"
 BENCH_LSTM = f"{RESULTS}/bench/lstm/{{target}}.json"

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import shutil
 from importlib import resources
 from pathlib import Path
@@ -63,6 +64,19 @@ def _write_raw(arrays: list[tuple[str, np.ndarray]], dest: Path) -> list[dict[st
     return tensors
 
 
+# The languages whose G2P the module runs (kokoro_tvm/web/g2p.js): misaki's English lexicons.
+BROWSER_LEXICONS = {"en-us": False}  # language -> misaki's british flag
+
+
+def _lexicons(british: bool) -> dict[str, dict]:
+    """misaki's gold and silver lexicons as its English G2P reads them (with the capitalized
+    and lower-case forms it adds)."""
+    from misaki import en
+
+    lexicon = en.Lexicon(british)
+    return {"golds": lexicon.golds, "silvers": lexicon.silvers}
+
+
 def write_web(folder: PathLike, out: PathLike) -> dict[str, Any]:
     """The browser's side, results/web/: a browser-shaped copy of a webgpu model folder
     (``folder``, results/dist/webgpu) in model/, and the ES module that plays it (kokoro_tvm/
@@ -107,6 +121,14 @@ def write_web(folder: PathLike, out: PathLike) -> dict[str, Any]:
             (tensor,) = _write_raw([(voice, array.astype(np.float32))], model / file)
             voices[voice] = {"file": file, "dtype": "float32", "shape": tensor["shape"]}
         place(source.file(paths.MODEL_CONFIG), model, paths.MODEL_CONFIG, hashes)
+        g2p = {}
+        for lang, british in BROWSER_LEXICONS.items():
+            file = paths.WEB_LEXICON.format(lang=lang)
+            (model / file).parent.mkdir(parents=True, exist_ok=True)
+            # Compact: the lexicons are about 13 MB of JSON so, half again indented.
+            (model / file).write_text(json.dumps(_lexicons(british), ensure_ascii=False,
+                                                 separators=(",", ":")), encoding="utf-8")
+            g2p[lang] = file
         files = {}
         for path in sorted(p for p in model.rglob("*") if p.is_file()):
             relative = path.relative_to(model).as_posix()
@@ -119,7 +141,7 @@ def write_web(folder: PathLike, out: PathLike) -> dict[str, Any]:
             "style_dim": facts.STYLE_DIM, "max_tokens": facts.MAX_TOKENS,
             "default_voice": facts.DEFAULT_VOICE, "config": paths.MODEL_CONFIG,
             "components": components, "libraries": libraries, "weights": weights,
-            "voices": voices, "files": files}
+            "voices": voices, "g2p": g2p, "files": files}
         write_json(model / paths.MODEL_MANIFEST, document)
         (tmp / paths.WEB_MODULE).mkdir()
         for file in module_files():

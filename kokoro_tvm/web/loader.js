@@ -4,6 +4,7 @@
 // manifest before it is used; a file that does not match is refused in one line naming it.
 // Nothing is fetched from anywhere but the folder's URL.
 
+import { Lexicon } from "./g2p.js";
 import { PlanLibrary, PlanWeights } from "./player.js";
 import { readPlan } from "./plan.js";
 
@@ -141,6 +142,20 @@ export class WebModel {
     return new Map(table.tensors.map((t) => [t.name, {
       data: new ARRAYS[t.storage](bytes, t.offset, t.bytes / 4), shape: t.shape, dtype: t.dtype,
     }]));
+  }
+
+  /** The English G2P's lexicons of `lang` (./g2p.js), fetched and checked once. */
+  async lexicon(lang = "en-us") {
+    const file = this.manifest.g2p?.[lang];
+    if (!file) {
+      throw new ModelError(`the model has no G2P for ${lang}; it has ` +
+                           `${Object.keys(this.manifest.g2p ?? {}).join(", ") || "none"}`);
+    }
+    this.lexicons ??= new Map();
+    if (!this.lexicons.has(lang)) {
+      this.lexicons.set(lang, this.text(file).then((text) => new Lexicon(JSON.parse(text))));
+    }
+    return this.lexicons.get(lang);
   }
 
   /** A voice's style table: {data: Float32Array, shape: [tokens, 1, 2 * style_dim]}. */

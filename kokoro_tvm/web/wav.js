@@ -4,7 +4,8 @@
 
 const HEADER_BYTES = 44;
 
-function roundHalfEven(x) {
+/** `x` rounded to the nearest integer, halves to even (numpy's round). */
+export function roundHalfEven(x) {
   const r = Math.round(x);
   return Math.abs(x % 1) === 0.5 && r % 2 !== 0 ? r - 1 : r;
 }

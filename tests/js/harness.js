@@ -1,6 +1,7 @@
 // The browser test's page script (tests/test_web.py): plays a component's calls through the
 // module as a page would (loader, WebGPU device, player) and hands the outputs back. A tensor
 // crosses to and from Python as {b64, dtype, shape}: its bytes in base64, row-major.
+import { Engine, styleFor } from "/js/engine.js";
 import { loadModel } from "/js/loader.js";
 import { GpuTensor, WebGpuDevice } from "/js/player.js";
 
@@ -65,4 +66,17 @@ export async function load(url, path) {
   } catch (error) {
     return error.message;
   }
+}
+
+/** Kokoro's chain (/js/engine.js) on token `ids` in voice `voice` of the model at `url`: the
+ * audio's samples and each token's frames. */
+export async function synthesize(url, ids, voice, speed, seed) {
+  device ??= await WebGpuDevice.request();
+  const model = await loadModel(url);
+  const engine = new Engine(model, device);
+  const started = performance.now();
+  const { samples, frames } = await engine.synthesize(ids, styleFor(await model.voice(voice),
+                                                                    ids.length), speed, seed);
+  return { samples: encoded({ data: samples, shape: [samples.length], dtype: "float32" }),
+           frames, seconds: (performance.now() - started) / 1000 };
 }
