@@ -23,7 +23,6 @@ import pytest
 from conftest import (
     REPO,
     TINY_BUCKET,
-    TINY_IDS,
     TINY_SPEED,
     install_lavapipe,
     launched_chromium,
@@ -382,28 +381,34 @@ def test_the_browsers_g2p_reads_english_as_the_python_runtime(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_chain_speaks_in_the_browser_as_the_python_engine(page, site, other_built, lavapipe,
-                                                              record_property):
-    """Token ids to audio in the page (engine.js: bucket choice, padding and masks, durations
-    to frames, align, the library's noise from the seed, source and body) give the Python
-    engine's audio on lavapipe with the libraries' noise, same voice, speed and seed: the same
-    frames per token, and the audio within the decoder validation's bars at their strictest
-    (the SNR cap, the log-mel L1 bar)."""
+def test_a_sentence_spoken_in_the_browser_is_the_python_engines(page, site, other_built,
+                                                                lavapipe, record_property):
+    """Text to audio in the page (kokoro.js: G2P, pieces, then engine.js: bucket choice,
+    padding and masks, durations to frames, align, the library's noise from the seed, source
+    and body) gives the Python runtime's phonemes and the Python engine's audio on lavapipe
+    with the libraries' noise, same voice, speed and seed, within the decoder validation's bars
+    at their strictest (the SNR cap, the log-mel L1 bar)."""
     from kokoro_tvm.runtime.engine import LIBRARY_NOISE, TvmEngine
+    from kokoro_tvm.runtime.g2p import phonemizer, token_ids
+    from kokoro_tvm.runtime.model_folder import ModelFolder
     from kokoro_tvm.runtime.voices import style_for
 
-    folder = model_folder(other_built, "webgpu")
-    table = np.load(paths.artifact(paths.ASSET_VOICE, other_built, voice=facts.DEFAULT_VOICE))
-    engine = TvmEngine(folder, noise=LIBRARY_NOISE)
-    audio, durations = engine.synthesize_with_durations(
-        TINY_IDS, style_for(table, len(TINY_IDS)), TINY_SPEED, 3)
+    text = "Hi there."
     spoken = page.evaluate(
-        "async ([url, ids, voice, speed, seed]) =>"
-        " (await import('/harness/harness.js')).synthesize(url, ids, voice, speed, seed)",
-        [f"{site}/{paths.WEB_MODEL}/", TINY_IDS, facts.DEFAULT_VOICE, TINY_SPEED, 3])
+        "async ([url, text, voice, speed, seed]) =>"
+        " (await import('/harness/harness.js')).speak(url, text, voice, speed, seed)",
+        [f"{site}/{paths.WEB_MODEL}/", text, facts.DEFAULT_VOICE, TINY_SPEED, 3])
     record_property("seconds", spoken["seconds"])
-    assert spoken["frames"] == [int(f) for f in durations]
-    samples = from_page(spoken["samples"])
+    (chunk,) = spoken["chunks"]
+    assert chunk["text"] == text and chunk["rate"] == facts.SAMPLE_RATE
+    assert chunk["phonemes"] == phonemizer("en-us")(text)
+    assert facts.DEFAULT_VOICE in spoken["voices"]
+    folder = model_folder(other_built, "webgpu")
+    ids = token_ids(chunk["phonemes"], ModelFolder(folder).vocab())
+    table = np.load(paths.artifact(paths.ASSET_VOICE, other_built, voice=facts.DEFAULT_VOICE))
+    audio = TvmEngine(folder, noise=LIBRARY_NOISE).synthesize(
+        ids, style_for(table, len(ids)), TINY_SPEED, 3)
+    samples = from_page(chunk["samples"])
     assert samples.shape == audio.shape
     bars = SPECTRAL_TOLERANCES
     snr, mel = snr_db(samples, audio), log_mel_l1(samples, audio)

@@ -1,7 +1,7 @@
 // The browser test's page script (tests/test_web.py): plays a component's calls through the
 // module as a page would (loader, WebGPU device, player) and hands the outputs back. A tensor
 // crosses to and from Python as {b64, dtype, shape}: its bytes in base64, row-major.
-import { Engine, styleFor } from "/js/engine.js";
+import { KokoroTTS } from "/js/kokoro.js";
 import { loadModel } from "/js/loader.js";
 import { GpuTensor, WebGpuDevice } from "/js/player.js";
 
@@ -68,15 +68,17 @@ export async function load(url, path) {
   }
 }
 
-/** Kokoro's chain (/js/engine.js) on token `ids` in voice `voice` of the model at `url`: the
- * audio's samples and each token's frames. */
-export async function synthesize(url, ids, voice, speed, seed) {
+/** `text` spoken in the page through the module's API (/js/kokoro.js): each chunk's text,
+ * phonemes and samples, and the seconds it all took. */
+export async function speak(url, text, voice, speed, seed) {
   device ??= await WebGpuDevice.request();
-  const model = await loadModel(url);
-  const engine = new Engine(model, device);
+  const tts = await KokoroTTS.from_pretrained(url, { device });
   const started = performance.now();
-  const { samples, frames } = await engine.synthesize(ids, styleFor(await model.voice(voice),
-                                                                    ids.length), speed, seed);
-  return { samples: encoded({ data: samples, shape: [samples.length], dtype: "float32" }),
-           frames, seconds: (performance.now() - started) / 1000 };
+  const chunks = [];
+  for await (const chunk of tts.stream(text, { voice, speed, seed })) {
+    chunks.push({ text: chunk.text, phonemes: chunk.phonemes, rate: chunk.audio.sampling_rate,
+                  samples: encoded({ data: chunk.audio.audio, shape: [chunk.audio.audio.length],
+                                     dtype: "float32" }) });
+  }
+  return { chunks, voices: tts.list_voices(), seconds: (performance.now() - started) / 1000 };
 }
