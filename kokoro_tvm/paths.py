@@ -64,6 +64,7 @@ IMAGE_BASE = f"{RESULTS}/image/base.json"
 WEB = f"{RESULTS}/web"
 WEB_MODEL = "model"
 WEB_MODULE = "js"
+WEB_PAGE = "index.html"  # the page, beside WEB_MODEL and WEB_MODULE
 WEB_WEIGHTS = "weights/{component}.bin"
 WEB_VOICE = f"{MODEL_VOICE_DIR}/{{voice}}.bin"
 WEB_LEXICON = "g2p/{lang}.json"  # a language's lexicons for the browser's G2P

@@ -36,7 +36,14 @@ from kokoro_tvm import facts, paths
 from kokoro_tvm.abi import WEBGPU_PLAN_FORMAT, WEBGPU_PLAN_VERSION, WEBGPU_STORAGE
 from kokoro_tvm.measure.metrics import SPECTRAL_TOLERANCES, log_mel_l1, snr_db
 from kokoro_tvm.runtime.audio_file import pcm16
-from kokoro_tvm.stages.web import WEB_FORMAT, WEB_VERSION, WebError, module_files, write_web
+from kokoro_tvm.stages.web import (
+    WEB_FORMAT,
+    WEB_VERSION,
+    WebError,
+    module_files,
+    page_file,
+    write_web,
+)
 
 JS_TESTS = REPO / "tests" / "js"
 # Chromium's WebGPU on SwiftShader, its CPU Vulkan (no GPU, no display): WebGPU is behind a
@@ -143,6 +150,7 @@ def test_the_web_folder_holds_the_webgpu_folders_plans_weights_and_voices(web_bu
     assert manifest["g2p"] == {"en-us": paths.WEB_LEXICON.format(lang="en-us")}
     lexicons = json.loads((model / manifest["g2p"]["en-us"]).read_text(encoding="utf-8"))
     assert set(lexicons) == {"golds", "silvers"} and lexicons["golds"]["lighthouse"] == "lˈIthˌWs"
+    assert (web_built / paths.WEB_PAGE).read_bytes() == page_file().read_bytes()
     assert sorted(p.name for p in (web_built / paths.WEB_MODULE).iterdir()) == [
         p.name for p in module_files()]
 
@@ -416,6 +424,41 @@ def test_a_sentence_spoken_in_the_browser_is_the_python_engines(page, site, othe
     record_property("log_mel_l1", mel)
     assert snr >= bars["snr_db_cap"] and mel <= bars["log_mel_l1"], (snr, mel)
     assert page.foreign == []
+
+
+@pytest.mark.slow
+def test_the_page_speaks_streamed_and_offers_the_wav(browser, site, lavapipe, tmp_path):
+    """The web folder's page, as a user opens it from a static server: it names its adapter,
+    speaks the text it is given a sentence at a time (each chunk scheduled on Web Audio, none
+    behind), offers the WAV, and asks nothing of another origin."""
+    context = browser.new_context()
+    page = context.new_page()
+    foreign = only_origin(page, site)
+    page.goto(f"{site}/{paths.WEB_PAGE}")
+    page.wait_for_function("document.querySelector('#speak').disabled === false", timeout=120_000)
+    assert page.text_content("#status").startswith("WebGPU on ")
+    page.fill("#text", "Hi there. Bye.")
+    page.fill("#speed", str(TINY_SPEED))  # the tiny model's frames within its one bucket
+    page.click("#speak")
+    page.wait_for_selector("#download:not([hidden])", timeout=300_000)
+    spoken = page.evaluate("window.kokoro.spoken")
+    assert [s["text"] for s in spoken] == ["Hi there.", "Bye."]
+    assert all(s["seconds"] > 0 for s in spoken)
+    assert page.text_content("#status").endswith(" s") and "done in" in page.text_content("#status")
+    page.screenshot(path=str(tmp_path / "page.png"))
+    assert foreign == []
+    context.close()
+
+
+def test_the_page_says_in_one_line_that_there_is_no_webgpu(chromium, site):
+    """Without WebGPU (Chromium on Linux without its flag), the page says so in one line."""
+    with launched_chromium(chromium) as plain:
+        page = plain.new_page()
+        page.goto(f"{site}/{paths.WEB_PAGE}")
+        page.wait_for_function(
+            "!document.querySelector('#status').textContent.startsWith('Loading')")
+        line = page.text_content("#status")
+    assert "WebGPU" in line and "\n" not in line and line.startswith("this browser"), line
 
 
 def test_a_changed_weight_file_is_refused_in_one_line(page, site):

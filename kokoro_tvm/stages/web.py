@@ -33,6 +33,11 @@ def module_files() -> list[Path]:
     return sorted(folder.glob("*.js"))
 
 
+def page_file() -> Path:
+    """The page that speaks with the module (kokoro_tvm/web/page/index.html, package data)."""
+    return Path(str(resources.files("kokoro_tvm") / "web" / "page" / "index.html"))
+
+
 def _preferred_lstm(folder: ModelFolder, component: str) -> str:
     """The LSTM lowering the browser plays ``component`` with: the fastest the folder has
     (facts.LSTM_METHOD_NAMES' order, as the runtime chooses), or paths.WITHOUT_LSTM."""
@@ -146,4 +151,5 @@ def write_web(folder: PathLike, out: PathLike) -> dict[str, Any]:
         (tmp / paths.WEB_MODULE).mkdir()
         for file in module_files():
             shutil.copyfile(file, tmp / paths.WEB_MODULE / file.name)
+        shutil.copyfile(page_file(), tmp / paths.WEB_PAGE)
     return document
