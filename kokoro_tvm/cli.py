@@ -207,6 +207,13 @@ def serve(args: argparse.Namespace) -> int:
             raise UserError(f"--trusted-proxy {proxy} is not an IP address or network: give "
                             "the proxy's address as it connects, e.g. 127.0.0.1 or "
                             "10.0.0.0/8") from None
+    if args.web is not None:
+        missing = [name for name in ("index.html", "model/manifest.json")
+                   if not (Path(args.web) / name).is_file()]
+        if missing:
+            raise UserError(f"--web {args.web} is not a web folder (it has no "
+                            f"{' or '.join(missing)}): build one with `snakemake --cores 2 web` "
+                            "and give results/web")
     folder = ModelFolder(_model_path(args))
     folder.check_lstm(args.lstm)
     started = time.perf_counter()
@@ -215,7 +222,7 @@ def serve(args: argparse.Namespace) -> int:
     print(f"kokoro-tvm: {folder.path} ready in {time.perf_counter() - started:.1f} s "
           f"({len(tts.voices)} voices, {_engine_name(args, tts)})", file=sys.stderr)
     run_server(tts, args.host, args.port, limits, args.api_key, args.grace_period,
-               args.send_timeout, args.trusted_proxy)
+               args.send_timeout, args.trusted_proxy, args.web)
     return 0
 
 
@@ -305,6 +312,9 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds the requests in flight may take to finish after SIGTERM "
                         "(default 25: within Kubernetes' 30 s before it kills); /health "
                         "answers 503 meanwhile and new requests are refused")
+    s.add_argument("--web", default=None, metavar="FOLDER",
+                   help="also serve a web folder (results/web of `snakemake web`: the page that "
+                        "speaks in the browser, on WebGPU) at /web/")
     s.set_defaults(run=serve)
     v = commands.add_parser("voices", help="list the voices of a model folder: name, language, "
                                            "gender, and why any cannot be spoken here")

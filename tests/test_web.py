@@ -13,11 +13,13 @@ import hashlib
 import json
 import shutil
 import subprocess
+import sys
 import threading
 import wave
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from conftest import (
@@ -459,6 +461,37 @@ def test_the_page_says_in_one_line_that_there_is_no_webgpu(chromium, site):
             "!document.querySelector('#status').textContent.startsWith('Loading')")
         line = page.text_content("#status")
     assert "WebGPU" in line and "\n" not in line and line.startswith("this browser"), line
+
+
+def test_the_server_serves_the_page_and_its_model_at_web(browser, web_built, other_built,
+                                                          lavapipe, tmp_path):
+    """`kokoro-tvm serve --web results/web`: the page at /web/ loads its model from the server
+    and names its adapter, beside the speech API."""
+    from kokoro_tvm.measure.bench_serve import Server
+
+    with Server(model_folder(other_built), tmp_path / "server.log", "--web",
+                str(web_built)) as server:
+        manifest = httpx.get(f"{server.url}/web/{paths.WEB_MODEL}/{paths.MODEL_MANIFEST}").json()
+        assert manifest["format"] == WEB_FORMAT
+        context = browser.new_context()
+        page = context.new_page()
+        foreign = only_origin(page, server.url)
+        page.goto(f"{server.url}/web/")
+        page.wait_for_function("document.querySelector('#speak').disabled === false",
+                               timeout=120_000)
+        assert page.text_content("#status").startswith("WebGPU on ")
+        assert foreign == []
+        context.close()
+        assert httpx.get(f"{server.url}/health").status_code == 200
+
+
+def test_the_server_refuses_a_folder_that_is_not_a_web_folder(other_built, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "kokoro_tvm.cli", "serve",
+                           "--model", str(model_folder(other_built)),
+                           "--web", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert (f"--web {tmp_path} is not a web folder (it has no index.html or "
+            "model/manifest.json): build one with `snakemake --cores 2 web`") in done.stderr
 
 
 def test_a_changed_weight_file_is_refused_in_one_line(page, site):

@@ -23,7 +23,8 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.facts import SAMPLE_RATE
@@ -300,9 +301,10 @@ class Measured:
 
 
 def create_app(tts: Kokoro, limits: Limits = Limits(), api_key: str | None = None,
-               drain: Drain | None = None) -> Starlette:
+               drain: Drain | None = None, web: str | None = None) -> Starlette:
     """The app over ``tts``, whose libraries and G2Ps should be loaded already (serve.run);
-    ``drain`` (drain.DrainingServer's) says when it stops taking requests."""
+    ``drain`` (drain.DrainingServer's) says when it stops taking requests; ``web``, a web folder
+    (`snakemake web`), is served at /web/ as files."""
     drain = drain or Drain(grace_period=0.0)
     metrics = ServerMetrics()
     service = SpeechService(tts, limits, metrics)
@@ -331,7 +333,7 @@ def create_app(tts: Kokoro, limits: Limits = Limits(), api_key: str | None = Non
     async def http_error(request: Request, error: HTTPException) -> Response:
         what = {404: f"no route {request.url.path}: this server has /v1/audio/speech, "
                      "/dev/captioned_speech, /v1/audio/voices, /v1/models, /, /health and "
-                     "/metrics",
+                     f"/metrics{', and /web/' if web else ''}",
                 405: f"{request.method} is not allowed on {request.url.path}"}
         return _error_response(APIError(error.status_code,
                                         what.get(error.status_code, str(error.detail))))
@@ -353,7 +355,8 @@ def create_app(tts: Kokoro, limits: Limits = Limits(), api_key: str | None = Non
                 Route("/v1/audio/voices", voices_route, methods=["GET"]),
                 Route("/", playground, methods=["GET"]),
                 Route("/health", health, methods=["GET"]),
-                Route("/metrics", metrics_route, methods=["GET"])],
+                Route("/metrics", metrics_route, methods=["GET"]),
+                *([Mount("/web", StaticFiles(directory=web, html=True))] if web else [])],
         exception_handlers={APIError: api_error, HTTPException: http_error,
                             Exception: server_error},
         lifespan=lifespan)

@@ -54,14 +54,15 @@ def listening_socket(config, send_timeout: float) -> socket.socket:
 
 
 def serve(tts: Kokoro, host: str, port: int, limits: Limits, api_key: str | None,
-          grace_period: float, send_timeout: float, trusted_proxies: list[str]) -> None:
+          grace_period: float, send_timeout: float, trusted_proxies: list[str],
+          web: str | None = None) -> None:
     """Serves until a signal and the drain it starts (drain.py) are over. A request's client
     is the address it came from, or, from ``trusted_proxies`` alone (addresses or networks), the
     one its X-Forwarded-For names (uvicorn's proxy headers)."""
     import uvicorn
 
     drain = Drain(grace_period)
-    app = create_app(tts, limits, api_key, drain)
+    app = create_app(tts, limits, api_key, drain, web)
     # The drain has waited for the requests in flight: uvicorn's own wait is for the
     # connections' last bytes.
     config = uvicorn.Config(app, host=host, port=port, log_level="info",
