@@ -1,7 +1,6 @@
 // The browser test's page script (tests/test_web.py): plays a component's calls through the
 // module as a page would (loader, WebGPU device, player) and hands the outputs back. A tensor
 // crosses to and from Python as {b64, dtype, shape}: its bytes in base64, row-major.
-import { KokoroTTS } from "/js/kokoro.js";
 import { loadModel } from "/js/loader.js";
 import { GpuTensor, WebGpuDevice } from "/js/player.js";
 
@@ -66,19 +65,4 @@ export async function load(url, path) {
   } catch (error) {
     return error.message;
   }
-}
-
-/** `text` spoken in the page through the module's API (/js/kokoro.js): each chunk's text,
- * phonemes and samples, and the seconds it all took. */
-export async function speak(url, text, voice, speed, seed) {
-  device ??= await WebGpuDevice.request();
-  const tts = await KokoroTTS.from_pretrained(url, { device });
-  const started = performance.now();
-  const chunks = [];
-  for await (const chunk of tts.stream(text, { voice, speed, seed })) {
-    chunks.push({ text: chunk.text, phonemes: chunk.phonemes, rate: chunk.audio.sampling_rate,
-                  samples: encoded({ data: chunk.audio.audio, shape: [chunk.audio.audio.length],
-                                     dtype: "float32" }) });
-  }
-  return { chunks, voices: tts.list_voices(), seconds: (performance.now() - started) / 1000 };
 }
