@@ -130,6 +130,10 @@ export class Engine {
 
     const f0nBucket = fit("f0n", this.buckets("f0n"), total);
     const bucket = fit("decoder", this.buckets("decoder"), total);
+    if (bucket !== f0nBucket) {  // before f0n runs: its outputs stay on the device for the decoder
+      throw new ModelError(`the f0n and decoder buckets differ (${f0nBucket}, ${bucket}): ` +
+                           "rebuild the folder with the same frame buckets for both");
+    }
     const f0n = await this.library("f0n", f0nBucket);
     const [f0, noiseN] = await f0n.onDevice("main", {
       en: await this.aligned("f0n", f0nBucket, "d", d, frameToken), s: prosodyStyle,
@@ -138,10 +142,6 @@ export class Engine {
     const decoder = await this.library("decoder", bucket);
     const [phaseNoise, sineNoise] = await decoder.onDevice(NOISE, { key: noiseKey(seed) });
     const common = { f0, frame_mask: { data: mask(bucket, total), shape: [1, bucket] } };
-    if (bucket !== f0nBucket) {
-      throw new ModelError(`the f0n and decoder buckets differ (${f0nBucket}, ${bucket}): ` +
-                           "rebuild the folder with the same frame buckets for both");
-    }
     const [har] = await decoder.onDevice("source", {
       ...common, phase_noise: phaseNoise, sine_noise: sineNoise });
     const [audio] = await decoder.run("body", {
