@@ -37,8 +37,9 @@ from conftest import (
 )
 
 from kokoro_tvm import facts, paths
+from kokoro_tvm.runtime import speech
 from kokoro_tvm.abi import WEBGPU_PLAN_FORMAT, WEBGPU_PLAN_VERSION, WEBGPU_STORAGE
-from kokoro_tvm.measure.metrics import SPECTRAL_TOLERANCES, log_mel_l1, snr_db
+from kokoro_tvm.measure.metrics import SPECTRAL_TOLERANCES, log_mel_l1, snr_db, worst_stall
 from kokoro_tvm.runtime.audio_file import pcm16
 from kokoro_tvm.stages.web import (
     WEB_FORMAT,
@@ -84,12 +85,48 @@ def test_the_modules_constants_are_the_pythons():
     stated = json.loads(run_node(
         "import * as plan from './kokoro_tvm/web/plan.js';"
         "import * as loader from './kokoro_tvm/web/loader.js';"
+        "import * as kokoro from './kokoro_tvm/web/kokoro.js';"
         "console.log(JSON.stringify({plan: [plan.PLAN_FORMAT, plan.PLAN_VERSION],"
         " storage: plan.STORAGE, suffix: plan.TRANSFORM_SUFFIX,"
-        " web: [loader.WEB_FORMAT, loader.WEB_VERSION]}))"))
+        " web: [loader.WEB_FORMAT, loader.WEB_VERSION],"
+        " speech: [kokoro.FADE_SECONDS, kokoro.WORD_LEAD_FRAMES]}))"))
     assert stated == {"plan": [WEBGPU_PLAN_FORMAT, WEBGPU_PLAN_VERSION],
                       "storage": WEBGPU_STORAGE, "suffix": "_transform_params",
-                      "web": [WEB_FORMAT, WEB_VERSION]}
+                      "web": [WEB_FORMAT, WEB_VERSION],
+                      "speech": [speech.FADE_SECONDS, speech.KPIPELINE_LEAD_FRAMES]}
+
+
+def test_the_modules_word_times_and_fades_are_the_pythons():
+    """kokoro.js's word timing (wordFrames) and edge fades (faded) give what the Python
+    runtime's (speech.word_frames, speech._faded) give, on words with and without phonemes,
+    spaces and marks, and random durations."""
+    from kokoro_tvm.runtime.g2p import PhonemizedWord, token_ids
+
+    vocab = {c: i for i, c in enumerate(" .,!?abcdefghijklmnopqrstuvwxyz")}
+    rng = np.random.default_rng(0)
+    cases = []
+    for _ in range(40):
+        words = [PhonemizedWord(f"w{i}", "".join(rng.choice(list("abc "), rng.integers(0, 5))),
+                                str(rng.choice(["", " ", "  "]))) for i in range(rng.integers(1, 6))]
+        tokens = 2 + sum(len(token_ids(w.phonemes + w.whitespace, vocab)) for w in words)
+        durations = rng.integers(0, 9, tokens)
+        cases.append((words, durations))
+    samples = rng.uniform(-1, 1, 1000).astype(np.float32)
+    source = [{"words": [{"text": w.text, "phonemes": w.phonemes, "whitespace": w.whitespace}
+                         for w in words], "frames": durations.tolist()}
+              for words, durations in cases]
+    got = json.loads(run_node(
+        "import { faded, wordFrames } from './kokoro_tvm/web/kokoro.js';"
+        f"const vocab = {json.dumps(vocab)};"
+        "const count = (s) => [...s].filter((c) => c in vocab).length;"
+        f"const cases = {json.dumps(source)};"
+        f"const samples = Float32Array.from({json.dumps(samples.tolist())});"
+        "console.log(JSON.stringify({times: cases.map((c) => wordFrames(c.words, c.frames, count)),"
+        f" faded: Array.from(faded(samples, {facts.SAMPLE_RATE}))}}));"))
+    for (words, durations), times in zip(cases, got["times"], strict=True):
+        expected = speech.word_frames(words, durations, vocab)
+        assert [(t["start"], t["end"]) for t in times] == [(a, b) for _, a, b in expected]
+    assert np.abs(np.array(got["faded"], np.float32) - speech._faded(samples)).max() <= 1e-7
 
 
 def test_the_wav_helper_writes_the_runtimes_16_bit_pcm(tmp_path):
@@ -368,9 +405,10 @@ def edit_distance(a: str, b: str) -> int:
 
 def test_the_browsers_g2p_reads_english_as_the_python_runtime(tmp_path):
     """g2p.js on the lexicons `snakemake web` writes, under Node, against the Python runtime's
-    phonemes of the same sentences: most the same, few phonemes edited."""
+    phonemes of the same sentences: most the same, few phonemes edited; the same words (the
+    text's, punctuation attached: what the word timestamps name)."""
     from kokoro_tvm.measure.bench_e2e import STREAMED
-    from kokoro_tvm.runtime.g2p import phonemizer, sentences
+    from kokoro_tvm.runtime.g2p import phonemes_of, sentences, word_phonemizer
     from kokoro_tvm.stages.web import _lexicons
 
     texts = [s for text in STREAMED.values() for s in sentences(text)]
@@ -379,33 +417,46 @@ def test_the_browsers_g2p_reads_english_as_the_python_runtime(tmp_path):
     lexicons, given = tmp_path / "en-us.json", tmp_path / "texts.json"
     lexicons.write_text(json.dumps(_lexicons(False), ensure_ascii=False), encoding="utf-8")
     given.write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
-    browser = json.loads(run_node(
+    browser_words = json.loads(run_node(
         "import fs from 'node:fs';"
-        "import { Lexicon, phonemize } from './kokoro_tvm/web/g2p.js';"
+        "import { Lexicon, readWords } from './kokoro_tvm/web/g2p.js';"
         f"const lexicon = new Lexicon(JSON.parse(fs.readFileSync('{lexicons}', 'utf8')));"
         f"const texts = JSON.parse(fs.readFileSync('{given}', 'utf8'));"
-        "console.log(JSON.stringify(texts.map((t) => phonemize(lexicon, t))));"))
-    python = [phonemizer("en-us")(text) for text in texts]
+        "console.log(JSON.stringify(texts.map((t) => readWords(lexicon, t))));"))
+    read = word_phonemizer("en-us")
+    python_words = [read(text) for text in texts]
+    for words, expected in zip(browser_words, python_words, strict=True):
+        assert [w["text"] for w in words] == [w.text for w in expected]
+    browser = ["".join(w["phonemes"] + w["whitespace"] for w in words) for words in browser_words]
+    python = [phonemes_of(words) for words in python_words]
     exact = sum(b == p for b, p in zip(browser, python, strict=True)) / len(texts)
     edited = (sum(edit_distance(b, p) for b, p in zip(browser, python))
               / sum(len(p) for p in python))
     assert exact >= G2P_EXACT_SHARE and edited <= G2P_EDITED_SHARE, (exact, edited)
 
 
+# The page's gaps are read on the audio clock, the stall metric's from the chunks' ready times:
+# the two clocks' start and the page's scheduling may part by this much.
+GAP_CLOCK_SLACK = 0.25
+
+
 @pytest.mark.slow
-def test_the_page_speaks_as_the_python_engine_streamed_and_offers_the_wav(
+def test_the_page_speaks_as_the_python_runtime_streamed_and_offers_the_wav(
         browser, site, other_built, lavapipe, record_property):
     """The web folder's page, as a user opens it from a static server: it names its adapter,
     speaks the text it is given a sentence at a time (kokoro.js: G2P, pieces, then engine.js:
     bucket choice, padding and masks, durations to frames, align, the library's noise from the
-    seed, source and body; each chunk scheduled on Web Audio), offers the WAV, and asks nothing
-    of another origin. Each chunk has the Python runtime's phonemes and the Python engine's
-    audio on lavapipe with the libraries' noise (same voice, speed, seed 0), within the decoder
-    validation's bars at their strictest (the SNR cap, the log-mel L1 bar)."""
+    seed, source and body; each chunk scheduled on Web Audio, its words highlighted as they
+    play), offers the WAV, and asks nothing of another origin. Each chunk is the Python
+    runtime's for its sentence on lavapipe with the libraries' noise (same voice, speed and
+    seed: the sentence's place in the text): its phonemes, its words and their times, and its
+    audio within the decoder validation's bars at their strictest (the SNR cap, the log-mel L1
+    bar). Where the audio ran out before a chunk was ready (SwiftShader decodes far slower than
+    real time), the page says it is behind and by how much: the stream's worst stall
+    (metrics.worst_stall, bench_e2e's)."""
     from kokoro_tvm.runtime.engine import LIBRARY_NOISE, TvmEngine
-    from kokoro_tvm.runtime.g2p import phonemizer, token_ids
     from kokoro_tvm.runtime.model_folder import ModelFolder
-    from kokoro_tvm.runtime.voices import style_for
+    from kokoro_tvm.runtime.speech import speak_chunks
 
     context = browser.new_context()
     page = context.new_page()
@@ -421,24 +472,41 @@ def test_the_page_speaks_as_the_python_engine_streamed_and_offers_the_wav(
     spoken = page.evaluate(
         "window.kokoro.spoken.map((s) => ({ ...s, samples: Array.from(s.samples) }))")
     status = page.text_content("#status")
-    assert "done in" in status and status.endswith(" s"), status
+    words = [w["text"] for chunk in spoken for w in chunk["words"]]
+    page.wait_for_function(f"window.kokoro.highlighted.length === {len(words)}", timeout=30_000)
+    highlighted = page.evaluate("window.kokoro.highlighted")
     assert foreign == []
     context.close()
 
     assert [s["text"] for s in spoken] == ["Hi there.", "Bye."]
-    folder = model_folder(other_built, "webgpu")
-    engine, vocab = TvmEngine(folder, noise=LIBRARY_NOISE), ModelFolder(folder).vocab
-    table = np.load(paths.artifact(paths.ASSET_VOICE, other_built, voice=facts.DEFAULT_VOICE))
+    assert highlighted == words == ["Hi", "there.", "Bye."]
+    folder = ModelFolder(model_folder(other_built, "webgpu"))
+    engine = TvmEngine(folder, noise=LIBRARY_NOISE)
     bars = SPECTRAL_TOLERANCES
-    for chunk in spoken:
-        assert chunk["phonemes"] == phonemizer("en-us")(chunk["text"])
-        ids = token_ids(chunk["phonemes"], vocab)
-        audio = engine.synthesize(ids, style_for(table, len(ids)), TINY_SPEED, 0)
+    start = 0.0
+    for seed, chunk in enumerate(spoken):
+        (expected,) = speak_chunks(engine, chunk["text"], facts.DEFAULT_VOICE, speaker=folder,
+                                   speed=TINY_SPEED, seed=seed)
+        assert chunk["phonemes"] == expected.phonemes
+        assert [(w["text"], w["start"] - start, w["end"] - start) for w in chunk["words"]] == [
+            (w.text, pytest.approx(w.start, abs=1e-9), pytest.approx(w.end, abs=1e-9))
+            for w in expected.words]
         samples = np.array(chunk["samples"], np.float32)
-        assert samples.shape == audio.shape and chunk["seconds"] > 0
-        snr, mel = snr_db(samples, audio), log_mel_l1(samples, audio)
+        assert samples.shape == expected.samples.shape and chunk["seconds"] > 0
+        snr, mel = snr_db(samples, expected.samples), log_mel_l1(samples, expected.samples)
         record_property(f"{chunk['text']} snr_db, log_mel_l1", (snr, mel))
         assert snr >= bars["snr_db_cap"] and mel <= bars["log_mel_l1"], (snr, mel)
+        start += chunk["seconds"]
+
+    stall = worst_stall([c["ready"] for c in spoken], [c["seconds"] for c in spoken])
+    behind = max(c["gap"] for c in spoken)
+    record_property("worst stall, the page's largest gap", (stall, behind))
+    assert behind == pytest.approx(stall, abs=GAP_CLOCK_SLACK)
+    assert "done in" in status, status
+    if behind > 0:
+        assert f"behind: silent up to {behind:.1f} s" in status, status
+    else:
+        assert "behind" not in status, status
 
 
 def test_the_page_says_in_one_line_that_there_is_no_webgpu(chromium, site):

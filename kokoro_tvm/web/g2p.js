@@ -326,7 +326,26 @@ export function phonemizeWords(lexicon, text) {
   return words;
 }
 
-/** English text -> the phoneme string Kokoro is given. */
-export function phonemize(lexicon, text) {
-  return phonemizeWords(lexicon, text).map((w) => w.phonemes + w.whitespace).join("");
+/** The phoneme string of `words` ({phonemes, whitespace}): what Kokoro is given. */
+export const phonemesOf = (words) => words.map((w) => w.phonemes + w.whitespace).join("");
+
+/** English text -> the text's words [{text, phonemes, whitespace}]: misaki's tokens with no
+ * whitespace between them ("world" and ",") made one word, as a caption shows them (the Python
+ * runtime's words, kokoro_tvm/runtime/g2p.py's _misaki_words). */
+export function readWords(lexicon, text) {
+  const words = [];
+  let held = { text: "", phonemes: "" };
+  const tokens = phonemizeWords(lexicon, text);
+  tokens.forEach((token, i) => {
+    held = { text: held.text + token.text, phonemes: held.phonemes + token.phonemes };
+    if (token.whitespace || i === tokens.length - 1) {
+      words.push({ text: held.text.trim(), phonemes: held.phonemes,
+                   whitespace: token.whitespace });
+      held = { text: "", phonemes: "" };
+    }
+  });
+  return words;
 }
+
+/** English text -> the phoneme string Kokoro is given. */
+export function phonemize(lexicon, text) { return phonemesOf(phonemizeWords(lexicon, text)); }

@@ -4,7 +4,8 @@ import assert from "node:assert/strict";
 import test from "node:test";
 
 import { Lexicon } from "../../kokoro_tvm/web/g2p.js";
-import { KokoroTTS, RawAudio, sentences, splitText } from "../../kokoro_tvm/web/kokoro.js";
+import { KokoroTTS, RawAudio, faded, sentences, splitText, wordFrames }
+  from "../../kokoro_tvm/web/kokoro.js";
 
 const words = (text) => text.split(/\s+/).filter(Boolean).length;
 
@@ -39,6 +40,11 @@ test("whole sentences are joined up to the token limit; per sentence, each alone
                    ["aa bb. cc.", "dd dd dd."]);
   assert.deepEqual(speaker.pieces("aa bb. cc.", { perSentence: true }).map((p) => p.text),
                    ["aa bb.", "cc."]);
+  // A joined piece's words are its sentences', a space after the first one's last.
+  assert.deepEqual(speaker.pieces("aa bb. cc.")[0].words, [
+    { text: "aa", phonemes: "aa", whitespace: " " },
+    { text: "bb.", phonemes: "bb.", whitespace: " " },
+    { text: "cc.", phonemes: "cc.", whitespace: "" }]);
   // A sentence over the limit is cut at its clauses.
   assert.deepEqual(speaker.pieces("aa bb cc, dd dd dd.").map((p) => p.text),
                    ["aa bb cc,", "dd dd dd."]);
@@ -49,4 +55,22 @@ test("RawAudio's WAV is 16-bit PCM at its rate", () => {
   assert.equal(wav.getUint32(24, true), 24000);
   assert.equal(wav.getUint32(40, true), 6);
   assert.equal(wav.getInt16(46, true), 32767);
+});
+
+test("words are timed from the frames of their tokens, 3 frames early", () => {
+  // Pads of 4 and 2 frames; "ab" (2 tokens) and a space, then "c" (1 token): "ab" ends in the
+  // middle of the space, "c" at its own end, both 3 frames early.
+  const count = (s) => s.length;
+  const words = [{ phonemes: "ab", whitespace: " " }, { phonemes: "c", whitespace: "" }];
+  assert.deepEqual(wordFrames(words, [4, 1, 2, 2, 5, 2], count),
+                   [{ start: 1, end: 5 }, { start: 5, end: 11 }]);
+  assert.throws(() => wordFrames(words, [4, 1, 2], count), /3 frame counts/);
+});
+
+test("a piece's edges are faded in and out, its middle kept", () => {
+  const out = faded(new Float32Array(1000).fill(1), 24000);  // 120 samples of ramp a side
+  assert.equal(out[0], 0);
+  assert.equal(out[999], 0);
+  assert.ok(out[60] > 0.4 && out[60] < 0.6);
+  assert.equal(out[500], 1);
 });
