@@ -37,9 +37,9 @@ from conftest import (
 )
 
 from kokoro_tvm import facts, paths
-from kokoro_tvm.runtime import speech
 from kokoro_tvm.abi import WEBGPU_PLAN_FORMAT, WEBGPU_PLAN_VERSION, WEBGPU_STORAGE
 from kokoro_tvm.measure.metrics import SPECTRAL_TOLERANCES, log_mel_l1, snr_db, worst_stall
+from kokoro_tvm.runtime import speech
 from kokoro_tvm.runtime.audio_file import pcm16
 from kokoro_tvm.stages.web import (
     WEB_FORMAT,
@@ -107,7 +107,8 @@ def test_the_modules_word_times_and_fades_are_the_pythons():
     cases = []
     for _ in range(40):
         words = [PhonemizedWord(f"w{i}", "".join(rng.choice(list("abc "), rng.integers(0, 5))),
-                                str(rng.choice(["", " ", "  "]))) for i in range(rng.integers(1, 6))]
+                                str(rng.choice(["", " ", "  "])))
+                 for i in range(rng.integers(1, 6))]
         tokens = 2 + sum(len(token_ids(w.phonemes + w.whitespace, vocab)) for w in words)
         durations = rng.integers(0, 9, tokens)
         cases.append((words, durations))
