@@ -338,21 +338,22 @@ def test_the_gpu_machines_python_has_only_what_that_machine_has(tmp_path):
     for module, present in (("torch", True), ("numpy", True), ("transformers", True),
                             ("tvm", False), ("tvm_ffi", False), ("kokoro", False),
                             ("kokoro_tvm", False), ("misaki", False), ("loguru", False),
-                            ("spacy", False)):
+                            ("wgpu", False), ("spacy", False)):
         done = subprocess.run([*python, "-c", f"import {module}"], capture_output=True,
                               text=True, cwd="/")
         assert (done.returncode == 0) == present, (module, done.stderr[-300:])
 
 
-def test_gpu_check_runs_end_to_end_on_the_cpu(built, tmp_path):
+def test_gpu_check_runs_end_to_end_on_the_cpu(other_built, tmp_path):
     """The GPU check's own code (bundle, validation through validate_component, timings, the
-    runtime's engine end to end, op probes) on an llvm bundle of the tiny build, with the
-    bundle's runtime-only TVM: what the GPU machine runs, but for the device, and with only
-    what that machine has besides the bundle and this repository (gpu_machine_python)."""
+    runtime's engine end to end, op probes, the webgpu libraries through the bundle's wgpu) on
+    an llvm bundle of the tiny build, with the bundle's runtime-only TVM: what the GPU machine
+    runs, but for the device (WebGPU on lavapipe here), and with only what that machine has
+    besides the bundle and this repository (gpu_machine_python)."""
     bundle = tmp_path / "bundle"
     subprocess.run([sys.executable, str(REPO / "tools/gpu_check/prepare.py"), "--root",
-                    str(built), "--target", "llvm", "--out", str(bundle), "--other-pythons", ""],
-                   check=True, capture_output=True, text=True)
+                    str(other_built), "--target", "llvm", "--out", str(bundle),
+                    "--other-pythons", ""], check=True, capture_output=True, text=True)
     document = json.loads((bundle / "cases.json").read_text())
     assert {c["component"] for c in document["cases"]} == {"bert", "duration", "text_encoder",
                                                            "f0n", "decoder"}
@@ -397,6 +398,11 @@ def test_gpu_check_runs_end_to_end_on_the_cpu(built, tmp_path):
     assert batch["utterances"] == 9 and batch["audio_s"] > 0
     assert batch["tvm_audio_per_second"] > 0 and batch["torch_audio_per_second"] > 0
     assert {p["op"] for p in summary["probes"]} == set(document["probes"])
+    # Part 5: the webgpu libraries at the same buckets, beside the llvm ones.
+    assert [c["stem"] for c in document["webgpu"]] == [c["stem"] for c in document["cases"]]
+    assert summary["webgpu_adapter"].startswith("WebGPU on ")
+    assert len(summary["webgpu"]) == 5 and all(r["passed"] for r in summary["webgpu"])
+    assert all(r["webgpu_ms"] > 0 and r["tvm_ms"] > 0 for r in summary["webgpu"])
 
 
 def test_the_bundles_runtime_loads_on_a_python_it_carries_only_a_wheel_for(tmp_path):

@@ -20,6 +20,10 @@
    tile and which form are fastest (reported, not part of the verdict).
 4. The op probes: every Relax op kind our components call, on the GPU and on the CPU, the
    same seeded inputs at two scales (1 and 1e4: the sine generator's phases are large).
+5. Where the bundle carries webgpu libraries: each on the WebGPU adapter wgpu finds here (the
+   GPU's Vulkan driver on Linux), validated as in part 1 and timed beside the cuda library
+   and PyTorch on the same inputs; without an adapter, the one line saying why (no part of
+   the verdict then: NVIDIA's Vulkan driver is not in every image).
 
 First, before any GPU work, the bundle's recorded sources are compared with this tree
 (sources.py): a bundle prepared from other code is refused. ``--verify`` does only that, on any
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gzip
 import json
 import os
 import sys
@@ -80,6 +85,24 @@ def setup_runtime(bundle: Path) -> None:
             ctypes.CDLL(str(bundle / "runtime" / "libcudart.so.13"), ctypes.RTLD_GLOBAL)
 
 
+def setup_webgpu(bundle: Path) -> None:
+    """The bundle's wgpu, pycparser and cffi (this Python's) wheels unpacked onto sys.path."""
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    wheels = bundle / "webgpu" / "wheels"
+    chosen = [*wheels.glob("wgpu-*.whl"), *wheels.glob("pycparser-*.whl"),
+              *wheels.glob(f"cffi-*-{tag}-*.whl")]
+    if len(chosen) < 3:
+        raise RuntimeError(f"the bundle carries no wgpu and cffi for Python "
+                           f"{sys.version.split()[0]}: prepare it with --other-pythons "
+                           f"{sys.version_info.major}.{sys.version_info.minor}")
+    site = Path(tempfile.mkdtemp(prefix="wgpu_"))
+    for wheel in chosen:
+        zipfile.ZipFile(wheel).extractall(site)
+    for so in site.rglob("*.so"):
+        so.chmod(0o755)
+    sys.path.insert(0, str(site))
+
+
 def synthetic_kmodel(bundle: Path, document: dict, device: str):
     """KModel with the bundle's synthetic weights on ``device``, and the weights per component
     (measure/synthetic.py)."""
@@ -89,6 +112,22 @@ def synthetic_kmodel(bundle: Path, document: dict, device: str):
                                       document["weights"], document["seed"], device)
 
 
+def reference_run(kmodel, name: str, bucket: int, seed: int) -> tuple:
+    """The validate stage's example inputs of ``name`` at ``bucket`` and PyTorch's values on
+    them: (inputs, the run's tensors, reference_values, the tensors as numpy arrays)."""
+    from kokoro_tvm.model.components import TORCH_COMPONENTS, reference_values, run_reference
+
+    inputs = TORCH_COMPONENTS[name].example_inputs(kmodel, bucket, seed)
+    env = run_reference(kmodel, name, inputs)
+    return (inputs, env, reference_values(kmodel, name, env),
+            {k: v.cpu().numpy() for k, v in env.items()})
+
+
+def worst_relative_error(report: dict) -> float:
+    return max((m["value"] for k, m in report["metrics"].items()
+                if k.endswith("relative_error") and m["tolerance"] is not None), default=0.0)
+
+
 def check_library(kmodel, case: dict, bundle: Path, params: Path, weights: dict, seed: int,
                   device: str, repeat: int) -> dict:
     """Validation (the validate stage's metrics and bars) and timings of one library."""
@@ -96,17 +135,14 @@ def check_library(kmodel, case: dict, bundle: Path, params: Path, weights: dict,
 
     from kokoro_tvm.measure.bench_components import flops
     from kokoro_tvm.measure.validate import validate_component
-    from kokoro_tvm.model.components import TORCH_COMPONENTS, reference_values, run_reference
+    from kokoro_tvm.model.components import TORCH_COMPONENTS, run_reference
     from kokoro_tvm.runtime.bare import BareLibrary, median_ms
 
     name, bucket = case["component"], case["bucket"]
     so = bundle / "libs" / f"{case['stem']}.so"
     component = TORCH_COMPONENTS[name]
-    inputs = component.example_inputs(kmodel, bucket, seed)
-    env = run_reference(kmodel, name, inputs)
-    report = validate_component(name, bucket, so, params, reference_values(kmodel, name, env),
-                                device=device)
-    reference = {k: v.cpu().numpy() for k, v in env.items()}
+    inputs, env, values, reference = reference_run(kmodel, name, bucket, seed)
+    report = validate_component(name, bucket, so, params, values, device=device)
     library = BareLibrary(so, weights, device)
     tvm_ms = sum(library.time_ms(fn.name, {i: reference[i] for i in fn.inputs}, repeat)
                  for fn in component.functions)
@@ -119,14 +155,65 @@ def check_library(kmodel, case: dict, bundle: Path, params: Path, weights: dict,
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     torch_ms = median_ms(lambda: run_reference(kmodel, name, inputs), sync, repeat)
     gflop = flops(lambda: run_reference(kmodel, name, inputs)) / 1e9
-    worst = max((m["value"] for k, m in report["metrics"].items()
-                 if k.endswith("relative_error") and m["tolerance"] is not None), default=0.0)
+    worst = worst_relative_error(report)
     return {"case": case["stem"], "passed": report["passed"], "worst_relative_error": worst,
             "metrics": report["metrics"], "tvm_ms": round(tvm_ms, 3),
             "tvm_round_trip_ms": round(round_trip_ms, 3),
             "torch_ms": round(torch_ms, 3), "ratio": round(tvm_ms / torch_ms, 3),
             "gflop": round(gflop, 3), "tvm_gflops": round(gflop / tvm_ms * 1e3, 1),
             "torch_gflops": round(gflop / torch_ms * 1e3, 1), "kernels": case["kernels"]}
+
+
+def check_webgpu(kmodel, document: dict, bundle: Path, folder: Path, repeat: int,
+                 summary: dict, save) -> None:
+    """Part 5: each webgpu library on this machine's WebGPU adapter, validated and timed beside
+    part 1's figures for the same component and bucket; ``save()`` after each."""
+    from kokoro_tvm import paths
+    from kokoro_tvm.measure.validate import validate_component
+    from kokoro_tvm.model.components import TORCH_COMPONENTS
+    from kokoro_tvm.runtime.bare import median_ms
+
+    try:
+        setup_webgpu(bundle)
+        from kokoro_tvm.runtime.devices import device as make_device
+        from kokoro_tvm.runtime.webgpu import PlanLibrary, PlanWeights
+
+        gpu = make_device("webgpu")
+    except Exception as err:  # noqa: BLE001 - no wgpu or no adapter: said in one line
+        summary["webgpu_error"] = f"{type(err).__name__}: {str(err)[:500]}"
+        print("webgpu not run:", summary["webgpu_error"], flush=True)
+        return
+    summary["webgpu_adapter"] = gpu.describe()
+    print(summary["webgpu_adapter"], flush=True)
+    rows = {row["case"]: row for row in summary["libraries"]}
+    beside = {(c["component"], c["bucket"]): rows.get(c["stem"], {}) for c in document["cases"]}
+    for case in document["webgpu"]:
+        name, bucket = case["component"], case["bucket"]
+        plan = folder / f"{case['stem']}.plan.json"
+        plan.write_bytes(gzip.decompress((bundle / "webgpu" / f"{plan.name}.gz").read_bytes()))
+        params = folder / paths.MODEL_PARAMS.format(component=name)
+        try:
+            _, _, values, reference = reference_run(kmodel, name, bucket, document["seed"])
+            report = validate_component(name, bucket, plan, params, values, device="webgpu")
+            library = PlanLibrary(plan, PlanWeights(params, gpu))
+            webgpu_ms = sum(median_ms(library.bind(fn.name, {i: reference[i] for i in fn.inputs}),
+                                      lambda: None, repeat)
+                            for fn in TORCH_COMPONENTS[name].functions)
+            cuda = beside.get((name, bucket), {})
+            row = {"case": case["stem"], "passed": report["passed"],
+                   "worst_relative_error": worst_relative_error(report),
+                   "metrics": report["metrics"], "webgpu_ms": round(webgpu_ms, 3),
+                   "tvm_ms": cuda.get("tvm_ms"), "torch_ms": cuda.get("torch_ms")}
+        except Exception as err:  # noqa: BLE001 - report and go on to the next library
+            row = {"case": case["stem"], "passed": False,
+                   "exception": f"{type(err).__name__}: {str(err)[:500]}"}
+        summary["webgpu"].append(row)
+        save()
+        print(f"webgpu {row['case']:19s} {'PASS' if row['passed'] else 'FAIL'}  "
+              + (f"worst rel err {row['worst_relative_error']:.2e}  WebGPU "
+                 f"{row['webgpu_ms']:.2f} ms  TVM {document['target']} {row['tvm_ms']} ms  "
+                 f"PyTorch {row['torch_ms']} ms" if "exception" not in row
+                 else row["exception"]), flush=True)
 
 
 def write_params(folder: Path, weights: dict) -> None:
@@ -521,6 +608,8 @@ def check_model(kmodel, weights: dict, args, document: dict, device: str,
                  f"{row['gflop']:.2f} GFLOP: TVM {row['tvm_gflops']} / PyTorch "
                  f"{row['torch_gflops']} GFLOP/s  kernels {row['kernels']}"
                  if "exception" not in row else row["exception"]), flush=True)
+    if document.get("webgpu"):
+        check_webgpu(kmodel, document, args.bundle, folder, args.repeat, summary, save)
     write_model_folder(folder, args.bundle, document,
                        {r["case"]: r["passed"] for r in summary["libraries"]})
     try:
@@ -573,7 +662,7 @@ def main() -> None:
     started = time.perf_counter()
     summary: dict = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                      "stale_sources": stale, "complete": False, "libraries": [],
-                     "end_to_end": [], "probes": []}
+                     "end_to_end": [], "probes": [], "webgpu": []}
 
     def save() -> None:
         """The figures so far ("complete" false until the end): a run stopped by the GPU
@@ -601,7 +690,8 @@ def main() -> None:
     failed = [p for p in summary["probes"] if not p["passed"]]
     print(f"op probes: {len(summary['probes']) - len(failed)}/{len(summary['probes'])} pass"
           + "".join(f"\n  FAIL {json.dumps(p)}" for p in failed), flush=True)
-    summary["passed"] = (all(r["passed"] for r in summary["libraries"]) and not failed
+    summary["passed"] = (all(r["passed"] for r in summary["libraries"] + summary["webgpu"])
+                         and not failed
                          and not {"model_error", "end_to_end_error"} & set(summary)
                          and all(r["interleaved_snr_db"] >= INTERLEAVED_SNR_DB
                                  for r in summary["end_to_end"]))

@@ -19,7 +19,11 @@ component at two buckets of config.yaml: its largest, and a small one):
 - python/: the modules of the kokoro package that KModel needs (no pipeline, no misaki) and
   loguru, for the PyTorch reference there; config.json: the model's hyperparameters;
 - runtime/: a runtime-only TVM (tvm and tvm_ffi without the compiler, libcudart.so.13) and
-  tvm_ffi wheels for other CPython versions.
+  tvm_ffi wheels for other CPython versions;
+- webgpu/: where the build has webgpu libraries too (the config's targets), their plans at
+  the same buckets, gzipped, and wheels of wgpu (the player's one dependency, with cffi for
+  each CPython carried): check.py validates and times them on the GPU's WebGPU adapter
+  (Vulkan on Linux) beside the cuda libraries.
 
 Inputs and references are not carried: check.py makes them there from the seed, with PyTorch
 on the GPU, through the same functions the validate stage uses.
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import gzip
 import json
 import shutil
 import subprocess
@@ -176,13 +181,42 @@ def copy_runtime(out: Path, other_pythons) -> None:
     cudart = sorted(glob.glob("/usr/local/cuda*/lib*/libcudart.so.13*"))
     if cudart:
         shutil.copy(cudart[0], out / "runtime" / "libcudart.so.13")
-    wheels = out / "runtime" / "wheels"
     for python in other_pythons:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                        "--only-binary=:all:", "--implementation", "cp", "--python-version", python,
-                        "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
-                        "--platform", "manylinux_2_17_x86_64", "-d", str(wheels),
-                        f"apache-tvm-ffi=={version('apache-tvm-ffi')}"], check=False)
+        pip_download(out / "runtime" / "wheels", python,
+                     [f"apache-tvm-ffi=={version('apache-tvm-ffi')}"])
+
+
+def pip_download(out: Path, python: str, requirements: list[str], check: bool = False) -> None:
+    """Linux x86-64 wheels of ``requirements`` for CPython ``python`` into ``out``."""
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                    "--only-binary=:all:", "--implementation", "cp", "--python-version", python,
+                    "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
+                    "--platform", "manylinux_2_17_x86_64", "-d", str(out), *requirements],
+                   check=check)
+
+
+def copy_webgpu(root: Path, out: Path, other_pythons) -> list[dict]:
+    """webgpu/: the root's webgpu libraries at the chosen buckets, gzipped, and the wheels of
+    wgpu, pycparser and cffi (for this Python and ``other_pythons``); the cases, or none where
+    the root built no webgpu target."""
+    if not (root / paths.MANIFEST.format(target="webgpu")).is_file():
+        return []
+    folder = out / "webgpu"
+    folder.mkdir()
+    cases = []
+    for entry in chosen_libraries(root, "webgpu"):
+        stem = f"{entry['component']}_{entry['lstm']}_b{entry['bucket']}"
+        with gzip.open(folder / f"{stem}.plan.json.gz", "wb") as plan:
+            plan.write((root / entry["library"]).read_bytes())
+        cases.append({key: entry[key] for key in ("component", "bucket", "lstm")}
+                     | {"stem": stem, "library_sha256": entry["library_sha256"]})
+    wheels = folder / "wheels"
+    this = f"{sys.version_info.major}.{sys.version_info.minor}"
+    pip_download(wheels, this, [f"{d}=={version(d)}" for d in ("wgpu", "pycparser", "cffi")],
+                 check=True)
+    for python in other_pythons:
+        pip_download(wheels, python, [f"cffi=={version('cffi')}"])
+    return cases
 
 
 def sentences(config: dict, chosen: list[dict]) -> list[dict]:
@@ -242,6 +276,7 @@ def prepare(root: Path, out: Path, target: str = "cuda", seed: int = 0,
         "probes": probe_signatures, **sweeps,
         "weights": {c: weight_spec(root / paths.PARAMS.format(component=c)) for c in COMPONENTS},
         "sentences": sentences(config, chosen),
+        "webgpu": copy_webgpu(root, staging, other_pythons),
         "versions": {d: version(d) for d in ("apache-tvm", "apache-tvm-ffi", "torch", "kokoro")},
         "sources": sources.digests(REPO),
     }
