@@ -176,10 +176,15 @@ def targets_pattern(webgpu):
     return "|".join(names) or "(?!)"
 
 
+def library_pattern(target):
+    """The pattern of a target's library files: shared libraries, or for webgpu launch plans."""
+    webgpu = device_kind(setting(f"target_options.{target}")) == "webgpu"
+    return paths.PLAN if webgpu else paths.LIBRARY
+
+
 def library_file(wildcards):
-    """A library's file: a shared library, or for webgpu its launch plans."""
-    webgpu = device_kind(setting(f"target_options.{wildcards.target}")) == "webgpu"
-    return (paths.PLAN if webgpu else paths.LIBRARY).format(**wildcards)
+    """A library's file (library_pattern)."""
+    return library_pattern(wildcards.target).format(**wildcards)
 
 
 def target_options_of(wildcards):
@@ -209,11 +214,12 @@ def tuning_database(wildcards):
     return paths.TUNE.format(**wildcards)
 
 
-def mac_check_libraries(pattern):
-    """``pattern`` for each library the Mac check's bundle carries: per mac_check target, each
-    component at its mac_check bucket (its first LSTM method the target builds)."""
+def mac_check_libraries(pattern=None):
+    """``pattern`` (None: each target's library_pattern) for each library the Mac check's
+    bundle carries: per mac_check target, each component at its mac_check bucket (its first
+    LSTM method the target builds)."""
     check_mac_check(config)
-    return [pattern.format(target=target, component=component,
+    return [(pattern or library_pattern(target)).format(target=target, component=component,
                            lstm=lstm_methods(component, target)[0],
                            bucket=setting(f"mac_check.buckets.{component}"))
             for target in setting("mac_check.targets") for component in COMPONENTS]

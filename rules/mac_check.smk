@@ -3,7 +3,7 @@
 
 rule mac_check_bundle:
     input:
-        libraries=lambda wildcards: mac_check_libraries(paths.LIBRARY),
+        libraries=lambda wildcards: mac_check_libraries(),
         metas=lambda wildcards: mac_check_libraries(paths.LIBRARY_META),
         params=expand(paths.PARAMS, component=COMPONENTS),
         config=rules.weights.output.config,

@@ -4,7 +4,8 @@ mac_check` writes the bundle; a fresh venv installs the bundle's wheel (the runt
 PyTorch) and runs its check.py, which validates every library against the bundled PyTorch
 outputs, times it, and speaks the three sentences end to end; with PyTorch and kokoro installed
 (this suite's environment) it also speaks them with KModel on the CPU, and says MPS is absent.
-Only the device differs on a Mac (metal: the Apple GPU), where nothing has run yet.
+The webgpu libraries run as on a Mac, but on lavapipe's adapter; only the device differs on a
+Mac (metal and webgpu: the Apple GPU), where nothing has run yet.
 """
 from __future__ import annotations
 
@@ -21,11 +22,14 @@ from kokoro_tvm import paths
 from kokoro_tvm.facts import COMPONENT_NAMES
 from kokoro_tvm.stages.mac_check import CHECK_SCRIPT, MAX_BYTES, SENTENCES, WHEELS
 
+TARGETS = ("llvm", "webgpu")  # tests/data/tiny.yaml's mac_check.targets
+
 
 @pytest.fixture(scope="module")
-def bundle(built, workflow, tmp_path_factory) -> Path:
+def bundle(other_built, workflow, tmp_path_factory) -> Path:
+    """The bundle of the tiny build's llvm and webgpu libraries (other_built's)."""
     root = tmp_path_factory.mktemp("mac_check") / "build"
-    shutil.copytree(built, root, symlinks=True)
+    shutil.copytree(other_built, root, symlinks=True)
     run_workflow(root, workflow, "mac_check")
     return root / paths.MAC_CHECK
 
@@ -40,22 +44,24 @@ def _check(python: Path, bundle: Path, report: Path) -> dict:
 def _assert_checked(report: dict) -> None:
     assert report["complete"] is True and report["passed"] is True
     libraries = report["libraries"]
-    assert sorted(r["component"] for r in libraries) == sorted(COMPONENT_NAMES)
+    assert sorted((r["target"], r["component"]) for r in libraries) == sorted(
+        (target, c) for target in TARGETS for c in COMPONENT_NAMES)
     for result in libraries:
-        assert result["status"] == "passed" and result["target"] == "llvm"
+        assert result["status"] == "passed"
         assert result["first_call_ms"] > 0 and all(ms > 0 for ms in result["median_ms"].values())
         assert result["metrics"] and all(m["passed"] for m in result["metrics"].values()
                                          if "passed" in m)
-    spoken = report["end_to_end"]["llvm"]["tvm"]["sentences"]
-    assert len(spoken) == len(SENTENCES)
-    for sentence in spoken:
-        assert sentence["audio_seconds"] > 0 and sentence["real_time_factor"] > 0
+    for target in TARGETS:
+        spoken = report["end_to_end"][target]["tvm"]["sentences"]
+        assert len(spoken) == len(SENTENCES)
+        for sentence in spoken:
+            assert sentence["audio_seconds"] > 0 and sentence["real_time_factor"] > 0
 
 
 def test_bundle_carries_what_the_mac_needs(bundle):
     cases = json.loads((bundle / "cases.json").read_text())
     assert {(c["target"], c["component"], c["bucket"]) for c in cases["cases"]} == {
-        ("llvm", component, 16) for component in COMPONENT_NAMES}
+        (target, component, 16) for target in TARGETS for component in COMPONENT_NAMES}
     for case in cases["cases"]:
         assert (bundle / case["library"]).is_file() and (bundle / case["reference"]).is_file()
     assert set(cases["weights"]) == set(COMPONENT_NAMES)
@@ -66,17 +72,20 @@ def test_bundle_carries_what_the_mac_needs(bundle):
 
 
 def test_check_runs_with_the_bundles_wheel_alone(bundle, tmp_path):
-    """The Mac owner's steps: a venv, the bundle's wheel, check.py; no PyTorch."""
+    """The Mac owner's steps: a venv, the bundle's wheel with its webgpu extra, check.py; no
+    PyTorch."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     (wheel,) = (bundle / WHEELS).glob("kokoro_tvm-*.whl")
-    done = subprocess.run([str(venv / "bin/pip"), "install", "-q", str(wheel)],
+    done = subprocess.run([str(venv / "bin/pip"), "install", "-q", f"{wheel}[webgpu]"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     report = _check(venv / "bin/python", bundle, tmp_path / "mac_check.json")
     _assert_checked(report)
     assert report["end_to_end"]["llvm"]["torch"] == {
         "skipped": "PyTorch is not installed (pip install torch kokoro)"}
+    # The README's install line, as the Mac owner types it.
+    assert '"$(echo wheels/kokoro_tvm-*.whl)[webgpu]"' in (bundle / "README.txt").read_text()
 
 
 def test_check_speaks_beside_pytorch_where_it_is_installed(bundle, tmp_path):

@@ -4,8 +4,9 @@ after each library and each part ("complete" is false until the end):
 
 1. Each library against PyTorch's outputs on its example inputs, through ``validate_component``
    (the validate stage's own metrics and bars), with the bundle's synthetic weights, on the
-   device its target names (metal: the Apple GPU; cpu); its first call timed from loading the
-   library (on Metal its shaders are compiled then) and its median call after that.
+   device its target names (metal: the Apple GPU; webgpu: the WebGPU adapter wgpu finds, on a
+   Mac the Apple GPU through Metal; cpu); its first call timed from loading the library (on
+   Metal and WebGPU its shaders are compiled then) and its median call after that.
 2. Per target, three sentences spoken end to end by the runtime's engine from a model folder
    made of the bundle, each at the speed that fills the bundle's frame bucket: seconds and
    real-time factor.
@@ -54,8 +55,7 @@ def check_library(bundle: Path, case: dict, params: Path, repeat: int) -> dict[s
     from kokoro_tvm.cpu import cannot_run_reason
     from kokoro_tvm.measure.validate import load_reference, validate_component
     from kokoro_tvm.runtime.bare import median_ms
-    from kokoro_tvm.runtime.devices import device
-    from kokoro_tvm.runtime.library import Library, Weights
+    from kokoro_tvm.runtime.devices import device, library_types
 
     found = {key: case[key] for key in ("target", "component", "lstm", "bucket", "device")}
     reason = cannot_run_reason(case["host_architecture"], case["cpu"], case["system"])
@@ -69,7 +69,8 @@ def check_library(bundle: Path, case: dict, params: Path, repeat: int) -> dict[s
     reference = load_reference(bundle / case["reference"])
     component = COMPONENTS[case["component"]]
     started = time.perf_counter()
-    library = Library(so_path, Weights(params, dev), case["transforms"])
+    library_type, weights_type = library_types(case["device"])
+    library = library_type(so_path, weights_type(params, dev), case["transforms"])
     # Each function's inputs: the component's, or an earlier function's outputs (as validation
     # feeds them).
     values = {**{name: reference[f"input.{name}"] for name in component.inputs},
@@ -105,7 +106,8 @@ def model_folder(bundle: Path, document: dict, target: str, params: dict[str, Pa
         if case["target"] != target:
             continue
         dims = {key: case[key] for key in ("component", "lstm", "bucket")}
-        library = paths.MODEL_LIBRARY.format(**dims)
+        library = (paths.MODEL_PLAN if case["device"] == "webgpu"
+                   else paths.MODEL_LIBRARY).format(**dims)
         place(bundle / case["library"], library)
         params_name = paths.MODEL_PARAMS.format(component=case["component"])
         if params_name not in files:

@@ -67,6 +67,12 @@ class WebGpuDevice:
         self.device = adapter.request_device_sync()
         self.queue = self.device.queue
 
+    def sync(self) -> None:
+        """Waits for the work submitted so far (a read waits for the queue before it)."""
+        if not hasattr(self, "_sync_buffer"):
+            self._sync_buffer = self.buffer(4)
+        self.queue.read_buffer(self._sync_buffer, 0, 4)
+
     def describe(self) -> str:
         """One line: the adapter, its backend and kind."""
         info = self.adapter.info

@@ -17,6 +17,7 @@ CHECK_SCRIPT = "check.py"
 WHEELS = "wheels"
 REFERENCE = "references/{component}_b{bucket}.npz"
 LIBRARY = "libs/{target}/" + paths.MODEL_LIBRARY.removeprefix("lib/")
+PLAN = "libs/{target}/" + paths.MODEL_PLAN.removeprefix("lib/")
 # Spoken end to end on the Mac, each at the speed that makes it fill E2E_SHARE of the bundle's
 # frame bucket (the weights are synthetic: their durations say nothing of the text).
 SENTENCES = ("Hello there, how are you today?",
@@ -38,7 +39,7 @@ def _readme(targets: list[str]) -> str:
 On a Mac with Apple silicon (macOS 11 or later), with Python 3.10 to 3.12, in this folder:
 
     python3 -m venv venv && . venv/bin/activate
-    pip install wheels/kokoro_tvm-*.whl          # the runtime: TVM's macOS wheel, no PyTorch
+    pip install "$(echo wheels/kokoro_tvm-*.whl)[webgpu]"  # the runtime: TVM, wgpu, no PyTorch
     pip install torch kokoro                     # optional: PyTorch MPS and CPU beside TVM
     python check.py --out mac_check.json
 
@@ -77,7 +78,7 @@ def mac_check_bundle(libraries: list[PathLike], metas: list[PathLike], params: l
         for library, meta_path in zip(libraries, metas, strict=True):
             meta = json.loads(Path(meta_path).read_text())
             dims = {key: meta[key] for key in ("target", "component", "lstm", "bucket")}
-            placed = LIBRARY.format(**dims)
+            placed = (PLAN if meta["device"] == "webgpu" else LIBRARY).format(**dims)
             (staging / placed).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(library, staging / placed)
             reference = REFERENCE.format(**dims)
