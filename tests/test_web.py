@@ -55,9 +55,9 @@ JS_TESTS = REPO / "tests" / "js"
 # flag on Linux, and a page must be a secure context (served from localhost) to see it.
 WEBGPU_ARGS = ["--enable-unsafe-webgpu", "--use-webgpu-adapter=swiftshader"]
 # The page's outputs against the Python player's (lavapipe): both are float32 WebGPU, the same
-# kernels in another compiler; SwiftShader's sin and cos are looser (about 2e-4 absolute).
-TOLERANCE = {"bert": 1e-5, "duration": 1e-5, "text_encoder": 1e-5, "f0n": 1e-5,
-             "decoder": 2e-3}
+# kernels in another compiler. The decoder is played whole by the page's test (its audio against
+# the Python runtime's), not alone here: its 150 pipelines compile for minutes in SwiftShader.
+TOLERANCE = {"bert": 1e-5, "duration": 1e-5, "text_encoder": 1e-5, "f0n": 1e-5}
 
 
 def node() -> str:
@@ -282,9 +282,8 @@ def frame_tokens(tokens: int, frames: int) -> np.ndarray:
 
 def calls_of(component: str, built: Path) -> list[dict]:
     """The calls a component's test plays: its functions on the validation's example inputs
-    (results/reference), the aligned inputs from `align` (token features smaller than the
-    planned 512 tokens, padded by the player) and the decoder's harmonic source from its source
-    function, both left on the device."""
+    (results/reference), f0n's aligned input from `align` (token features smaller than the
+    planned 512 tokens, padded by the player) left on the device."""
     def reference(name):
         with np.load(paths.artifact(paths.REFERENCE, built, component=name,
                                     bucket=TINY_BUCKET)) as npz:
@@ -295,18 +294,11 @@ def calls_of(component: str, built: Path) -> list[dict]:
     if component in ("bert", "duration", "text_encoder"):
         return [{"fn": "main", "inputs": {k: v for k, v in own.items()
                                            if k in _input_names(component, built)}}]
-    frames = frame_tokens(6, TINY_BUCKET)
-    if component == "f0n":
-        return [{"fn": "align", "onDevice": True,
-                 "inputs": {"d": reference("duration")["d"], "frame_token": frames}},
-                {"fn": "main", "inputs": {"en": {"output": [0, 0]}, "s": own["s"],
-                                          "frame_mask": own["frame_mask"]}}]
-    source = {k: own[k] for k in ("f0", "phase_noise", "sine_noise", "frame_mask")}
-    return [{"fn": "source", "onDevice": True, "inputs": source},
-            {"fn": "align", "onDevice": True,
-             "inputs": {"t_en": reference("text_encoder")["t_en"], "frame_token": frames}},
-            {"fn": "body", "inputs": {"asr": {"output": [1, 0]}, "har": {"output": [0, 0]},
-                                      **{k: own[k] for k in ("f0", "n", "s", "frame_mask")}}}]
+    return [{"fn": "align", "onDevice": True,  # f0n
+             "inputs": {"d": reference("duration")["d"],
+                        "frame_token": frame_tokens(6, TINY_BUCKET)}},
+            {"fn": "main", "inputs": {"en": {"output": [0, 0]}, "s": own["s"],
+                                      "frame_mask": own["frame_mask"]}}]
 
 
 @functools.cache
@@ -379,7 +371,7 @@ def test_a_component_plays_in_the_browser_as_in_python(component, page, site, ot
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("component", ["text_encoder", "f0n", "decoder"])
+@pytest.mark.parametrize("component", ["text_encoder", "f0n"])
 def test_the_other_components_play_in_the_browser_as_in_python(component, page, site,
                                                                 other_built, lavapipe,
                                                                 record_property):
