@@ -66,11 +66,10 @@ class WebGpuDevice:
         self.adapter = adapter
         self.device = adapter.request_device_sync()
         self.queue = self.device.queue
+        self._sync_buffer = self.buffer(4)
 
     def sync(self) -> None:
         """Waits for the work submitted so far (a read waits for the queue before it)."""
-        if not hasattr(self, "_sync_buffer"):
-            self._sync_buffer = self.buffer(4)
         self.queue.read_buffer(self._sync_buffer, 0, 4)
 
     def describe(self) -> str:

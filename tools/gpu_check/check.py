@@ -164,19 +164,52 @@ def check_library(kmodel, case: dict, bundle: Path, params: Path, weights: dict,
             "torch_gflops": round(gflop / torch_ms * 1e3, 1), "kernels": case["kernels"]}
 
 
+def record(rows: list[dict], stem: str, check, line, save) -> None:
+    """``check()``'s row for library ``stem`` appended to ``rows`` (where it raises, a failed
+    row naming the exception: the next library still runs), saved, and printed as ``line(row)``
+    says, or the exception."""
+    try:
+        row = check()
+    except Exception as err:  # noqa: BLE001 - report and go on to the next library
+        row = {"case": stem, "passed": False,
+               "exception": f"{type(err).__name__}: {str(err)[:500]}"}
+    rows.append(row)
+    save()
+    print(f"{row['case']:26s} {'PASS' if row['passed'] else 'FAIL'}  "
+          + (row["exception"] if "exception" in row else line(row)), flush=True)
+
+
+def check_webgpu_library(kmodel, case: dict, plan: Path, params: Path, gpu, seed: int,
+                         repeat: int, beside: dict) -> dict:
+    """One webgpu library validated (as check_library does) and timed on ``gpu``, with
+    ``beside``'s times (part 1's row of the same component and bucket)."""
+    from kokoro_tvm.measure.validate import validate_component
+    from kokoro_tvm.model.components import TORCH_COMPONENTS
+    from kokoro_tvm.runtime.bare import median_ms
+    from kokoro_tvm.runtime.webgpu import PlanLibrary, PlanWeights
+
+    name, bucket = case["component"], case["bucket"]
+    _, _, values, reference = reference_run(kmodel, name, bucket, seed)
+    report = validate_component(name, bucket, plan, params, values, device="webgpu")
+    library = PlanLibrary(plan, PlanWeights(params, gpu))
+    webgpu_ms = sum(median_ms(library.bind(fn.name, {i: reference[i] for i in fn.inputs}),
+                              lambda: None, repeat)  # bind's call waits
+                    for fn in TORCH_COMPONENTS[name].functions)
+    return {"case": case["stem"], "passed": report["passed"],
+            "worst_relative_error": worst_relative_error(report), "metrics": report["metrics"],
+            "webgpu_ms": round(webgpu_ms, 3), "tvm_ms": beside.get("tvm_ms"),
+            "torch_ms": beside.get("torch_ms")}
+
+
 def check_webgpu(kmodel, document: dict, bundle: Path, folder: Path, repeat: int,
                  summary: dict, save) -> None:
     """Part 5: each webgpu library on this machine's WebGPU adapter, validated and timed beside
     part 1's figures for the same component and bucket; ``save()`` after each."""
     from kokoro_tvm import paths
-    from kokoro_tvm.measure.validate import validate_component
-    from kokoro_tvm.model.components import TORCH_COMPONENTS
-    from kokoro_tvm.runtime.bare import median_ms
 
     try:
         setup_webgpu(bundle)
         from kokoro_tvm.runtime.devices import device as make_device
-        from kokoro_tvm.runtime.webgpu import PlanLibrary, PlanWeights
 
         gpu = make_device("webgpu")
     except Exception as err:  # noqa: BLE001 - no wgpu or no adapter: said in one line
@@ -188,32 +221,20 @@ def check_webgpu(kmodel, document: dict, bundle: Path, folder: Path, repeat: int
     rows = {row["case"]: row for row in summary["libraries"]}
     beside = {(c["component"], c["bucket"]): rows.get(c["stem"], {}) for c in document["cases"]}
     for case in document["webgpu"]:
-        name, bucket = case["component"], case["bucket"]
         plan = folder / f"{case['stem']}.plan.json"
-        plan.write_bytes(gzip.decompress((bundle / "webgpu" / f"{plan.name}.gz").read_bytes()))
-        params = folder / paths.MODEL_PARAMS.format(component=name)
-        try:
-            _, _, values, reference = reference_run(kmodel, name, bucket, document["seed"])
-            report = validate_component(name, bucket, plan, params, values, device="webgpu")
-            library = PlanLibrary(plan, PlanWeights(params, gpu))
-            webgpu_ms = sum(median_ms(library.bind(fn.name, {i: reference[i] for i in fn.inputs}),
-                                      lambda: None, repeat)
-                            for fn in TORCH_COMPONENTS[name].functions)
-            cuda = beside.get((name, bucket), {})
-            row = {"case": case["stem"], "passed": report["passed"],
-                   "worst_relative_error": worst_relative_error(report),
-                   "metrics": report["metrics"], "webgpu_ms": round(webgpu_ms, 3),
-                   "tvm_ms": cuda.get("tvm_ms"), "torch_ms": cuda.get("torch_ms")}
-        except Exception as err:  # noqa: BLE001 - report and go on to the next library
-            row = {"case": case["stem"], "passed": False,
-                   "exception": f"{type(err).__name__}: {str(err)[:500]}"}
-        summary["webgpu"].append(row)
-        save()
-        print(f"webgpu {row['case']:19s} {'PASS' if row['passed'] else 'FAIL'}  "
-              + (f"worst rel err {row['worst_relative_error']:.2e}  WebGPU "
-                 f"{row['webgpu_ms']:.2f} ms  TVM {document['target']} {row['tvm_ms']} ms  "
-                 f"PyTorch {row['torch_ms']} ms" if "exception" not in row
-                 else row["exception"]), flush=True)
+        params = folder / paths.MODEL_PARAMS.format(component=case["component"])
+
+        def check(case=case, plan=plan, params=params) -> dict:
+            plan.write_bytes(gzip.decompress((bundle / "webgpu" / f"{plan.name}.gz")
+                                             .read_bytes()))
+            return check_webgpu_library(kmodel, case, plan, params, gpu, document["seed"],
+                                        repeat, beside.get((case["component"], case["bucket"]),
+                                                           {}))
+
+        record(summary["webgpu"], case["stem"], check,
+               lambda row: (f"WebGPU worst rel err {row['worst_relative_error']:.2e}  "
+                            f"{row['webgpu_ms']:.2f} ms  TVM {document['target']} "
+                            f"{row['tvm_ms']} ms  PyTorch {row['torch_ms']} ms"), save)
 
 
 def write_params(folder: Path, weights: dict) -> None:
@@ -593,21 +614,16 @@ def check_model(kmodel, weights: dict, args, document: dict, device: str,
     write_params(folder, weights)
     for case in document["cases"]:
         params = folder / paths.MODEL_PARAMS.format(component=case["component"])
-        try:
-            row = check_library(kmodel, case, args.bundle, params, weights[case["component"]],
-                                document["seed"], device, args.repeat)
-        except Exception as err:  # noqa: BLE001 - report and go on to the next library
-            row = {"case": case["stem"], "passed": False,
-                   "exception": f"{type(err).__name__}: {str(err)[:500]}"}
-        summary["libraries"].append(row)
-        save()
-        print(f"{row['case']:26s} {'PASS' if row['passed'] else 'FAIL'}  "
-              + (f"worst rel err {row['worst_relative_error']:.2e}  TVM {row['tvm_ms']:.2f} ms  "
-                 f"(from host arrays {row['tvm_round_trip_ms']:.2f} ms)  "
-                 f"PyTorch {row['torch_ms']:.2f} ms  ratio {row['ratio']:.2f}  "
-                 f"{row['gflop']:.2f} GFLOP: TVM {row['tvm_gflops']} / PyTorch "
-                 f"{row['torch_gflops']} GFLOP/s  kernels {row['kernels']}"
-                 if "exception" not in row else row["exception"]), flush=True)
+        record(summary["libraries"], case["stem"],
+               lambda case=case, params=params: check_library(
+                   kmodel, case, args.bundle, params, weights[case["component"]],
+                   document["seed"], device, args.repeat),
+               lambda row: (f"worst rel err {row['worst_relative_error']:.2e}  TVM "
+                            f"{row['tvm_ms']:.2f} ms  (from host arrays "
+                            f"{row['tvm_round_trip_ms']:.2f} ms)  PyTorch {row['torch_ms']:.2f} ms"
+                            f"  ratio {row['ratio']:.2f}  {row['gflop']:.2f} GFLOP: TVM "
+                            f"{row['tvm_gflops']} / PyTorch {row['torch_gflops']} GFLOP/s  "
+                            f"kernels {row['kernels']}"), save)
     if document.get("webgpu"):
         check_webgpu(kmodel, document, args.bundle, folder, args.repeat, summary, save)
     write_model_folder(folder, args.bundle, document,
