@@ -34,24 +34,27 @@ def bundle(other_built, workflow, tmp_path_factory) -> Path:
     return root / paths.MAC_CHECK
 
 
-def _check(python: Path, bundle: Path, report: Path) -> dict:
+def _check(python: Path, bundle: Path, report: Path, *targets: str) -> dict:
+    chosen = ["--targets", *targets] if targets else []
     done = subprocess.run([str(python), str(bundle / CHECK_SCRIPT), "--out", str(report),
-                           "--repeat", "3"], capture_output=True, text=True, cwd=report.parent)
+                           "--repeat", "3", *chosen],
+                          capture_output=True, text=True, cwd=report.parent)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads(report.read_text())
 
 
-def _assert_checked(report: dict) -> None:
+def _assert_checked(report: dict, targets: tuple[str, ...] = TARGETS) -> None:
     assert report["complete"] is True and report["passed"] is True
     libraries = report["libraries"]
     assert sorted((r["target"], r["component"]) for r in libraries) == sorted(
-        (target, c) for target in TARGETS for c in COMPONENT_NAMES)
+        (target, c) for target in targets for c in COMPONENT_NAMES)
     for result in libraries:
         assert result["status"] == "passed"
         assert result["first_call_ms"] > 0 and all(ms > 0 for ms in result["median_ms"].values())
         assert result["metrics"] and all(m["passed"] for m in result["metrics"].values()
                                          if "passed" in m)
-    for target in TARGETS:
+    assert sorted(report["end_to_end"]) == sorted(targets)
+    for target in targets:
         spoken = report["end_to_end"][target]["tvm"]["sentences"]
         assert len(spoken) == len(SENTENCES)
         for sentence in spoken:
@@ -89,9 +92,20 @@ def test_check_runs_with_the_bundles_wheel_alone(bundle, tmp_path):
 
 
 def test_check_speaks_beside_pytorch_where_it_is_installed(bundle, tmp_path):
-    report = _check(Path(sys.executable), bundle, tmp_path / "mac_check.json")
-    _assert_checked(report)
+    """PyTorch's KModel beside the llvm libraries (--targets: the webgpu ones ran in the test
+    above)."""
+    report = _check(Path(sys.executable), bundle, tmp_path / "mac_check.json", "llvm")
+    _assert_checked(report, ("llvm",))
     torch = report["end_to_end"]["llvm"]["torch"]
     assert torch["mps"] == {"skipped": "no MPS device"}
     assert len(torch["cpu"]["sentences"]) == len(SENTENCES)
     assert all(s["real_time_factor"] > 0 for s in torch["cpu"]["sentences"])
+
+
+def test_check_names_a_target_the_bundle_lacks(bundle, tmp_path):
+    done = subprocess.run([sys.executable, str(bundle / CHECK_SCRIPT), "--targets", "metal"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "--targets metal: the bundle carries only llvm, webgpu" in done.stderr
+    assert not (tmp_path / "mac_check.json").exists()
+

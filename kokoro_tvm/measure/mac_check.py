@@ -218,10 +218,19 @@ def speak_torch(bundle: Path, document: dict, target: str, spoken: list[dict]) -
     return results
 
 
-def check(bundle: Path, out: Path, repeat: int = REPEAT) -> dict[str, Any]:
-    """Every part (see the module docstring) on ``bundle``; the report, also written to
-    ``out``."""
+def bundle_targets(bundle: Path) -> list[str]:
+    """The targets whose libraries ``bundle`` carries."""
     document = json.loads((bundle / "cases.json").read_text())
+    return sorted({case["target"] for case in document["cases"]})
+
+
+def check(bundle: Path, out: Path, repeat: int = REPEAT,
+          targets: list[str] | None = None) -> dict[str, Any]:
+    """Every part (see the module docstring) on ``bundle``, for ``targets`` of it (default:
+    all); the report, also written to ``out``."""
+    document = json.loads((bundle / "cases.json").read_text())
+    if targets is not None:
+        document["cases"] = [c for c in document["cases"] if c["target"] in targets]
     report: dict[str, Any] = {
         "machine": {"system": platform.system(), "release": platform.release(),
                     "machine": platform.machine(), "processor": platform.processor(),
@@ -262,8 +271,16 @@ def main() -> None:
                         help="the bundle's folder (default: the one check.py is in)")
     parser.add_argument("--out", type=Path, default=Path("mac_check.json"))
     parser.add_argument("--repeat", type=int, default=REPEAT, help="calls per median")
+    parser.add_argument("--targets", nargs="+", metavar="TARGET",
+                        help="check only these of the bundle's targets (default: all)")
     args = parser.parse_args()
-    report = check(args.bundle, args.out, args.repeat)
+    if args.targets is not None:
+        carried = bundle_targets(args.bundle)
+        unknown = sorted(set(args.targets) - set(carried))
+        if unknown:
+            parser.error(f"--targets {' '.join(unknown)}: the bundle carries only "
+                         f"{', '.join(carried)}")
+    report = check(args.bundle, args.out, args.repeat, args.targets)
     skipped = [r for r in report["libraries"] if r["status"] == "skipped"]
     if len(skipped) == len(report["libraries"]):
         print(f"{args.out}: no library could run here ({skipped[0]['reason']})")
