@@ -78,6 +78,8 @@ BENCH_E2E = f"{RESULTS}/bench/e2e/{{target}}.json"
 BENCH_E2E_PLOT = f"{RESULTS}/bench/e2e/{{target}}.png"
 BENCH_SERVE = f"{RESULTS}/bench/serve/{{target}}.json"
 BENCH_SLOW_READERS = f"{RESULTS}/bench/slow_readers/{{target}}.json"
+BENCH_WEB = f"{RESULTS}/bench/web.json"
+BENCH_WEB_WORK = f"{RESULTS}/bench/web"  # kokoro-js's npm install and the benchmark's site
 REPORT_VALIDATION = f"{RESULTS}/report/validation/{{target}}.html"
 REPORT_SPECTROGRAM = f"{RESULTS}/report/spectrogram/{{target}}.png"
 

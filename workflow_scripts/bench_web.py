@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Command line of kokoro_tvm.measure.bench_web (its docstring is the --help)."""
+import shutil
+import sys
+
+from kokoro_tvm import paths
+from kokoro_tvm.errors import run_script
+from kokoro_tvm.facts import DEFAULT_VOICE
+from kokoro_tvm.measure import bench_web
+from kokoro_tvm.script_args import stage_parser
+
+
+def main() -> None:
+    parser = stage_parser(bench_web)
+    parser.add_argument("--web", default=paths.WEB, help="the web folder (`snakemake web`)")
+    parser.add_argument("--onnx", default=paths.ASSET_ONNX,
+                        help="the int8 ONNX export, which kokoro-js runs")
+    parser.add_argument("--chromium", default=shutil.which("chromium") or "chromium",
+                        help="Chromium or Chrome to run (default: chromium on PATH)")
+    parser.add_argument("--browser-arg", action="append", dest="browser_args",
+                        help="a Chromium flag, repeated for several (default: "
+                             f"{' '.join(bench_web.SWIFTSHADER_ARGS)}, WebGPU on SwiftShader; "
+                             "on a machine with a GPU: --enable-unsafe-webgpu)")
+    parser.add_argument("--engines", default=",".join(bench_web.ENGINES),
+                        help="comma-separated, from: " + ", ".join(bench_web.ENGINES))
+    parser.add_argument("--text", required=True, help="the text each engine speaks")
+    parser.add_argument("--voice", default=DEFAULT_VOICE)
+    parser.add_argument("--passes", type=int, default=2,
+                        help="passes of the text per engine (the first compiles and warms up)")
+    parser.add_argument("--workdir", default=paths.BENCH_WEB_WORK,
+                        help="where kokoro-js is installed and the benchmark's site is made")
+    parser.add_argument("--out-json", required=True, help=paths.BENCH_WEB)
+    args = parser.parse_args()
+    engines = args.engines.split(",")
+    unknown = [name for name in engines if name not in bench_web.ENGINES]
+    if unknown:
+        parser.error(f"--engines: unknown engine {', '.join(map(repr, unknown))}; choose from "
+                     f"{', '.join(bench_web.ENGINES)}, separated by commas")
+    if args.passes < 1:
+        parser.error(f"--passes {args.passes}: at least 1")
+    figures = bench_web.run(args.web, args.onnx, args.chromium, engines, args.text, args.voice,
+                            args.passes, args.out_json, args.workdir,
+                            args.browser_args or bench_web.SWIFTSHADER_ARGS)
+    print(bench_web.summary(figures))
+
+
+if __name__ == "__main__":
+    sys.exit(run_script(main))
