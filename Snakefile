@@ -44,7 +44,8 @@ rule mac_check:
 
 
 # Benchmarks: not part of `all`; `snakemake bench_lstm` (or bench_components, bench_e2e, bench_serve,
-# bench_slow_readers) builds what they need and times it.
+# bench_slow_readers, and bench_web, rules/bench.smk: the browser beside kokoro-js) builds what
+# they need and times it.
 rule bench_lstm:
     input:
         per_runnable_target(paths.BENCH_LSTM),

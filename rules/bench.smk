@@ -131,3 +131,30 @@ rule bench_slow_readers_target:
     shell:
         "python {input.script} --model {input.model} --threads {threads}"
         " {params.runtime_python} --out-json {output.json} > {log} 2>&1"
+
+
+# See kokoro_tvm.measure.bench_web. The web folder's module and kokoro-js (npm) in headless
+# Chromium; not per target: the web folder is the webgpu target's.
+rule bench_web:
+    input:
+        site=rules.web.output.site,
+        onnx=paths.ASSET_ONNX,
+        page=str(Path(workflow.basedir) / "kokoro_tvm/measure/bench_web/index.html"),
+        code=code_inputs("bench_web.py"),
+        script=script("bench_web.py"),
+    output:
+        json=paths.BENCH_WEB,
+    params:
+        text=setting("report.web_text"),
+        voice=setting("report.voice"),
+        workdir=paths.BENCH_WEB_WORK,
+        versions=versions("playwright", "onnx"),
+    log:
+        "logs/bench/web.log",
+    benchmark:
+        "benchmarks/bench/web.tsv"
+    conda:
+        "../envs/kokoro-tvm.yaml"
+    shell:
+        "python {input.script} --web {input.site} --onnx {input.onnx} --text {params.text:q}"
+        " --voice {params.voice} --workdir {params.workdir} --out-json {output.json} > {log} 2>&1"

@@ -144,7 +144,7 @@ def bench_site(web: Path, modules: Path, onnx_file: Path, dest: Path) -> Path:
     if not manifest.exists():
         raise BenchWebError(f"{web} is not a web folder (no {WEB_MODEL}/manifest.json): run "
                             f"`snakemake --cores 2 web` first")
-    config = json.loads(manifest.read_text())["config"]
+    config = json.loads((manifest.parent / json.loads(manifest.read_text())["config"]).read_text())
     if dest.exists():
         shutil.rmtree(dest)
     js = dest / "kokoro-js"
