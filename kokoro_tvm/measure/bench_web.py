@@ -273,8 +273,9 @@ def _run_engine(playwright, chromium: str, args: Sequence[str], origin: str, sit
     finally:
         browser.close()
         peak = sampler.stop()
-    result = {"engine": engine, "browser": f"Chromium {version}", "load_seconds": figures["load_seconds"],
-              "adapter": figures["adapter"], "onnx_threads": figures["threads"],
+    result = {"engine": engine, "browser": f"Chromium {version}",
+              "load_seconds": figures["load_seconds"], "adapter": figures["adapter"],
+              "onnx_threads": figures["threads"],
               "cross_origin_isolated": figures["cross_origin_isolated"],
               "wall_seconds": wall, "peak_pss_mib": peak, "foreign_requests": foreign,
               "answered_locally": sorted(set(answered)), "passes": []}
