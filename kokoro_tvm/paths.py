@@ -68,6 +68,7 @@ WEB_PAGE = "index.html"  # the page, beside WEB_MODEL and WEB_MODULE
 WEB_WEIGHTS = "weights/{component}.bin"
 WEB_VOICE = f"{MODEL_VOICE_DIR}/{{voice}}.bin"
 WEB_LEXICON = "g2p/{lang}.json"  # a language's lexicons for the browser's G2P
+WEB_ESPEAK_DATA = "g2p/espeak-ng.data"  # eSpeak NG's data, for the browser's other languages
 # The bundle a Mac owner checks the Mac targets' libraries with (stages/mac_check.py).
 MAC_CHECK = f"{RESULTS}/mac_check"
 BENCH_LSTM = f"{RESULTS}/bench/lstm/{{target}}.json"

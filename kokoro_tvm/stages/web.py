@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import tarfile
+import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,9 @@ from kokoro_tvm import facts, paths
 from kokoro_tvm.abi import WEBGPU_PLAN_FORMAT, WEBGPU_PLAN_VERSION, WEBGPU_STORAGE
 from kokoro_tvm.atomic import atomic_folder, sha256_file, write_json
 from kokoro_tvm.errors import UserError
+from kokoro_tvm.npm import npm_pack
 from kokoro_tvm.paths import PathLike
+from kokoro_tvm.runtime.g2p import LANGUAGE_TABLE
 from kokoro_tvm.runtime.model_folder import ModelFolder
 from kokoro_tvm.runtime.webgpu import stored
 from kokoro_tvm.stages.dist import place
@@ -69,8 +73,39 @@ def _write_raw(arrays: list[tuple[str, np.ndarray]], dest: Path) -> list[dict[st
     return tensors
 
 
-# The languages whose G2P the module runs (kokoro_tvm/web/g2p.js): misaki's English lexicons.
+# The languages whose G2P the module runs: misaki's English lexicons (kokoro_tvm/web/g2p.js),
+# and eSpeak NG for those the Python runtime reads with it (kokoro_tvm/web/espeak.js).
 BROWSER_LEXICONS = {"en-us": False}  # language -> misaki's british flag
+ESPEAK = "espeak"  # the manifest's g2p key of eSpeak NG's data
+# eSpeak NG compiled to WebAssembly with every language's data (GPL-3.0, as eSpeak NG is).
+ESPEAK_NPM = "@echogarden/espeak-ng-emscripten@0.3.5"
+ESPEAK_NPM_SHA256 = "6b0bac048e123de9a690e3fe79346ed377c18797e9b09c3e0d8761a3ac00abe6"
+# Its package's files -> where they go in the web folder.
+ESPEAK_FILES = {"espeak-ng.js": f"{paths.WEB_MODULE}/espeak-ng.js",
+                "COPYING": f"{paths.WEB_MODULE}/espeak-ng.COPYING",
+                "espeak-ng.data": f"{paths.WEB_MODEL}/{paths.WEB_ESPEAK_DATA}"}
+
+
+def _espeak(site: Path) -> None:
+    """eSpeak NG's module, its licence and its data from npm (ESPEAK_NPM), under ``site``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tarball = npm_pack(ESPEAK_NPM, ESPEAK_NPM_SHA256, Path(tmp), error=WebError,
+                           pinned_at="kokoro_tvm/stages/web.py's ESPEAK_NPM_SHA256")
+        with tarfile.open(tarball) as tar:
+            for name, path in ESPEAK_FILES.items():
+                dest = site / path
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(tar.extractfile(f"package/{name}").read())
+
+
+def _languages() -> dict[str, dict[str, str | None]]:
+    """Per first letter of a voice's name, its language (the Python runtime's code) and the G2P
+    the module reads it with: a lexicon's language, ESPEAK, or None (no browser G2P)."""
+    espeak = {code for code, language in LANGUAGE_TABLE.items() if language.extra == "espeak"}
+    return {language.letter: {"code": code, "name": language.name,
+                              "g2p": code if code in BROWSER_LEXICONS
+                              else ESPEAK if code in espeak else None}
+            for code, language in LANGUAGE_TABLE.items()}
 
 
 def _lexicons(british: bool) -> dict[str, dict]:
@@ -134,6 +169,8 @@ def write_web(folder: PathLike, out: PathLike) -> dict[str, Any]:
             (model / file).write_text(json.dumps(_lexicons(british), ensure_ascii=False,
                                                  separators=(",", ":")), encoding="utf-8")
             g2p[lang] = file
+        _espeak(tmp)
+        g2p[ESPEAK] = paths.WEB_ESPEAK_DATA
         files = {}
         for path in sorted(p for p in model.rglob("*") if p.is_file()):
             relative = path.relative_to(model).as_posix()
@@ -146,9 +183,9 @@ def write_web(folder: PathLike, out: PathLike) -> dict[str, Any]:
             "style_dim": facts.STYLE_DIM, "max_tokens": facts.MAX_TOKENS,
             "default_voice": facts.DEFAULT_VOICE, "config": paths.MODEL_CONFIG,
             "components": components, "libraries": libraries, "weights": weights,
-            "voices": voices, "g2p": g2p, "files": files}
+            "voices": voices, "g2p": g2p, "languages": _languages(), "files": files}
         write_json(model / paths.MODEL_MANIFEST, document)
-        (tmp / paths.WEB_MODULE).mkdir()
+        (tmp / paths.WEB_MODULE).mkdir(exist_ok=True)
         for file in module_files():
             shutil.copyfile(file, tmp / paths.WEB_MODULE / file.name)
         shutil.copyfile(page_file(), tmp / paths.WEB_PAGE)

@@ -4,6 +4,8 @@
 // `snakemake web` copies beside the module). No browser G2P reads Japanese or Mandarin as the
 // Python runtime does (pyopenjtalk, jieba and pypinyin), so those voices are refused.
 
+// The manifest's g2p key of eSpeak NG's data, and a language's G2P there (stages/web.py's ESPEAK).
+export const ESPEAK = "espeak";
 // phonemizer's punctuation marks, which it keeps out of eSpeak NG and puts back.
 const MARKS = ';:,.!?¡¿—…"«»“”(){}[]';
 const MARKED = new RegExp(`(\\s*[${MARKS.replace(/[\]\[\\^-]/g, "\\$&")}]+\\s*)+`, "gu");

@@ -329,6 +329,39 @@ export function phonemizeWords(lexicon, text) {
 /** The phoneme string of `words` ({phonemes, whitespace}): what Kokoro is given. */
 export const phonemesOf = (words) => words.map((w) => w.phonemes + w.whitespace).join("");
 
+// Where a clause ends in a text and in its phonemes (runtime/g2p.py's).
+const TEXT_CLAUSE_END = /(?<=[.!?…।,;:—])\s+|(?<=[、，；：。！？])\s*/u;
+const PHONEME_CLAUSE_END = /[.!?…,;:—]$/u;
+
+/** The phoneme words (space-separated) of a G2P that gives no words of its own, mapped to
+ * `text`'s words (runtime/g2p.py's words_of): one to one where they are as many; else clause by
+ * clause where text and phonemes have as many clauses, a clause whose counts differ becoming
+ * one word; else the whole text one word. */
+export function wordsOf(text, phonemes) {
+  const parts = phonemes.split(" ");
+  const word = (texts, spoken, last) => (
+    { text: texts.join(" "), phonemes: spoken.join(" "), whitespace: last ? "" : " " });
+  const matched = (texts, spoken, last) => (texts.length === spoken.length
+    ? texts.map((t, i) => word([t], [spoken[i]], last && i === texts.length - 1))
+    : [word(texts, spoken, last)]);
+  const texts = text.split(/\s+/u).filter((t) => t);
+  if (texts.length === parts.length) return matched(texts, parts, true);
+  const textClauses = text.trim().split(TEXT_CLAUSE_END).filter((c) => c.trim())
+    .map((c) => c.split(/\s+/u).filter((t) => t));
+  const phonemeClauses = [];
+  let clause = [];
+  for (const part of parts) {
+    clause.push(part);
+    if (PHONEME_CLAUSE_END.test(part)) {
+      phonemeClauses.push(clause);
+      clause = [];
+    }
+  }
+  if (clause.length) phonemeClauses.push(clause);
+  if (textClauses.length !== phonemeClauses.length) return [word([text.trim()], parts, true)];
+  return textClauses.flatMap((t, i) => matched(t, phonemeClauses[i], i === textClauses.length - 1));
+}
+
 /** English text -> the text's words [{text, phonemes, whitespace}]: misaki's tokens with no
  * whitespace between them ("world" and ",") made one word, as a caption shows them (the Python
  * runtime's words, kokoro_tvm/runtime/g2p.py's _misaki_words). */

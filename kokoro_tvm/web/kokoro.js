@@ -6,7 +6,8 @@
 // faded and its words timed as the Python runtime times them (kokoro_tvm/runtime/speech.py).
 
 import { Engine, styleFor } from "./engine.js";
-import { phonemesOf, readWords } from "./g2p.js";
+import { ESPEAK } from "./espeak.js";
+import { phonemesOf, readWords, wordsOf } from "./g2p.js";
 import { loadModel } from "./loader.js";
 import { WebGpuDevice } from "./player.js";
 import { wavBytes } from "./wav.js";
@@ -96,16 +97,34 @@ export class RawAudio {
 }
 
 export class KokoroTTS {
-  constructor(model, device, vocab, lexicon) {
-    Object.assign(this, { model, device, vocab, lexicon, engine: new Engine(model, device) });
+  constructor(model, device, vocab) {
+    Object.assign(this, { model, device, vocab, engine: new Engine(model, device),
+                          readers: new Map() });
   }
 
-  /** The model folder at `url` (results/web/model) on this page's WebGPU. */
+  /** The model folder at `url` (results/web/model) on this page's WebGPU; the default voice's
+   * G2P loaded with it. */
   static async from_pretrained(url, { device = null } = {}) {
     const model = await loadModel(url);
-    const [gpu, config, lexicon] = await Promise.all([
-      device ?? WebGpuDevice.request(), model.config(), model.lexicon("en-us")]);
-    return new KokoroTTS(model, gpu, config.vocab, lexicon);
+    const [gpu, config] = await Promise.all([device ?? WebGpuDevice.request(), model.config()]);
+    const tts = new KokoroTTS(model, gpu, config.vocab);
+    await tts.reader(model.manifest.default_voice);
+    return tts;
+  }
+
+  /** The G2P of `voice`'s language (the first letter of its name, as the Python runtime reads
+   * it): text -> its words with their phonemes. misaki's lexicons for English (./g2p.js),
+   * eSpeak NG for the languages the Python runtime reads with it (./espeak.js); a language no
+   * browser G2P reads as the Python runtime does is refused in one line. */
+  async reader(voice) {
+    const language = this.model.language(voice);
+    if (!this.readers.has(language.code)) {
+      this.readers.set(language.code, language.g2p === ESPEAK
+        ? this.model.espeak().then((espeak) =>
+          (text) => wordsOf(text, espeak.phonemize(text, language.code)))
+        : this.model.lexicon(language.g2p).then((lexicon) => (text) => readWords(lexicon, text)));
+    }
+    return this.readers.get(language.code);
   }
 
   /** One line: the WebGPU adapter the model runs on. */
@@ -127,11 +146,11 @@ export class KokoroTTS {
   }
 
   /** The text's pieces: [{text, phonemes, words}], whole sentences joined up to the limit;
-   * `words` as g2p.js's readWords gives them. */
-  pieces(text, { perSentence = false } = {}) {
+   * `words` as `reader` (a G2P: text -> words, see `reader`) gives them. */
+  pieces(text, reader, { perSentence = false } = {}) {
     const read = new Map();
     const wordsOf = (stretch) => {
-      if (!read.has(stretch)) read.set(stretch, readWords(this.lexicon, stretch));
+      if (!read.has(stretch)) read.set(stretch, reader(stretch));
       return read.get(stretch);
     };
     const size = (stretch) => this.tokenIds(phonemesOf(wordsOf(stretch))).length;
@@ -190,7 +209,8 @@ export class KokoroTTS {
   async* stream(text, { voice = this.model.manifest.default_voice, speed = 1, seed = 0,
                         perSentence = true } = {}) {
     let done = 0;
-    for (const [i, piece] of this.pieces(text, { perSentence }).entries()) {
+    const reader = await this.reader(voice);
+    for (const [i, piece] of this.pieces(text, reader, { perSentence }).entries()) {
       const { samples, words } = await this.speakPiece(piece, voice, speed, seed + i);
       const start = done / this.model.sampleRate;
       const timed = words.map((w) => ({ ...w, start: start + w.start, end: start + w.end }));

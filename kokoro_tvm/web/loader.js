@@ -4,6 +4,7 @@
 // manifest before it is used; a file that does not match is refused in one line naming it.
 // Nothing is fetched from anywhere but the folder's URL.
 
+import { ESPEAK, Espeak } from "./espeak.js";
 import { Lexicon } from "./g2p.js";
 import { PlanLibrary, PlanWeights } from "./player.js";
 import { readPlan } from "./plan.js";
@@ -156,6 +157,31 @@ export class WebModel {
       this.lexicons.set(lang, this.text(file).then((text) => new Lexicon(JSON.parse(text))));
     }
     return this.lexicons.get(lang);
+  }
+
+  /** The language of `voice` (the first letter of its name): {code, name, g2p}, g2p the
+   * manifest's g2p key that reads it, or null where no browser G2P does. */
+  language(voice) {
+    const language = this.manifest.languages?.[voice[0]];
+    if (!language) {
+      throw new ModelError(`voice ${voice} is not named as Kokoro names voices (its first ` +
+                           "letter is its language)");
+    }
+    if (!language.g2p) {
+      throw new ModelError(`no G2P in this browser module reads ${language.name} (voice ` +
+                           `${voice}), as the Python runtime does: speak it with kokoro-tvm ` +
+                           "say or serve");
+    }
+    return language;
+  }
+
+  /** eSpeak NG in WebAssembly (./espeak.js), its data fetched and checked, loaded once. */
+  async espeak() {
+    this.espeakLoaded ??= Promise.all([
+      import(new URL("./espeak-ng.js", import.meta.url).href),
+      this.file(this.manifest.g2p[ESPEAK]),
+    ]).then(([module, data]) => Espeak.load(module.default, data));
+    return this.espeakLoaded;
   }
 
   /** A voice's style table: {data: Float32Array, shape: [tokens, 1, 2 * style_dim]}. */

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import test from "node:test";
 
-import { Lexicon } from "../../kokoro_tvm/web/g2p.js";
+import { Lexicon, readWords } from "../../kokoro_tvm/web/g2p.js";
 import { KokoroTTS, RawAudio, faded, sentences, splitText, wordFrames }
   from "../../kokoro_tvm/web/kokoro.js";
 
@@ -28,7 +28,9 @@ function tts(limit) {
   const model = { manifest: { max_tokens: 510 }, component: () => ({ buckets: [limit + 2] }) };
   const vocab = Object.fromEntries([..." abcdefghijklmnopqrstuvwxyz.,"].map((c, i) => [c, i]));
   const golds = Object.fromEntries(["aa", "bb", "cc", "dd"].map((w) => [w, w]));
-  return new KokoroTTS(model, null, vocab, new Lexicon({ golds, silvers: {} }));
+  const lexicon = new Lexicon({ golds, silvers: {} });
+  return Object.assign(new KokoroTTS(model, null, vocab),
+                       { read: (text) => readWords(lexicon, text) });
 }
 
 test("whole sentences are joined up to the token limit; per sentence, each alone", () => {
@@ -36,17 +38,17 @@ test("whole sentences are joined up to the token limit; per sentence, each alone
   assert.equal(speaker.limit, 12);
   assert.deepEqual(speaker.tokenIds("ab?c"), [1, 2, 3]);
   // "aa bb." and "cc." are 6 and 3 tokens: joined (6 + 1 + 3 <= 12); "dd dd dd." (9) is not.
-  assert.deepEqual(speaker.pieces("aa bb. cc. dd dd dd.").map((p) => p.phonemes),
+  assert.deepEqual(speaker.pieces("aa bb. cc. dd dd dd.", speaker.read).map((p) => p.phonemes),
                    ["aa bb. cc.", "dd dd dd."]);
-  assert.deepEqual(speaker.pieces("aa bb. cc.", { perSentence: true }).map((p) => p.text),
+  assert.deepEqual(speaker.pieces("aa bb. cc.", speaker.read, { perSentence: true }).map((p) => p.text),
                    ["aa bb.", "cc."]);
   // A joined piece's words are its sentences', a space after the first one's last.
-  assert.deepEqual(speaker.pieces("aa bb. cc.")[0].words, [
+  assert.deepEqual(speaker.pieces("aa bb. cc.", speaker.read)[0].words, [
     { text: "aa", phonemes: "aa", whitespace: " " },
     { text: "bb.", phonemes: "bb.", whitespace: " " },
     { text: "cc.", phonemes: "cc.", whitespace: "" }]);
   // A sentence over the limit is cut at its clauses.
-  assert.deepEqual(speaker.pieces("aa bb cc, dd dd dd.").map((p) => p.text),
+  assert.deepEqual(speaker.pieces("aa bb cc, dd dd dd.", speaker.read).map((p) => p.text),
                    ["aa bb cc,", "dd dd dd."]);
 });
 
