@@ -42,6 +42,7 @@ from kokoro_tvm.measure.metrics import SPECTRAL_TOLERANCES, log_mel_l1, snr_db, 
 from kokoro_tvm.runtime import speech
 from kokoro_tvm.runtime.audio_file import pcm16
 from kokoro_tvm.stages.web import (
+    ESPEAK,
     WEB_FORMAT,
     WEB_VERSION,
     WebError,
@@ -189,12 +190,20 @@ def test_the_web_folder_holds_the_webgpu_folders_plans_weights_and_voices(web_bu
         array = np.load(source / paths.MODEL_VOICE.format(voice=voice))
         raw = np.fromfile(model / entry["file"], "<f4").reshape(entry["shape"])
         assert np.array_equal(raw, array)
-    assert manifest["g2p"] == {"en-us": paths.WEB_LEXICON.format(lang="en-us")}
+    assert manifest["g2p"] == {"en-us": paths.WEB_LEXICON.format(lang="en-us"),
+                               "en-gb": paths.WEB_LEXICON.format(lang="en-gb"),
+                               ESPEAK: paths.WEB_ESPEAK_DATA}
+    assert {letter: (language["code"], language["g2p"])
+            for letter, language in manifest["languages"].items()} == {
+        "a": ("en-us", "en-us"), "b": ("en-gb", "en-gb"), "e": ("es", ESPEAK),
+        "f": ("fr-fr", ESPEAK), "h": ("hi", ESPEAK), "i": ("it", ESPEAK), "j": ("ja", None),
+        "p": ("pt-br", ESPEAK), "z": ("zh", None)}
     lexicons = json.loads((model / manifest["g2p"]["en-us"]).read_text(encoding="utf-8"))
-    assert set(lexicons) == {"golds", "silvers"} and lexicons["golds"]["lighthouse"] == "lˈIthˌWs"
+    assert set(lexicons) == {"golds", "silvers", "british"} and not lexicons["british"]
+    assert lexicons["golds"]["lighthouse"] == "lˈIthˌWs"
     assert (web_built / paths.WEB_PAGE).read_bytes() == page_file().read_bytes()
-    assert sorted(p.name for p in (web_built / paths.WEB_MODULE).iterdir()) == [
-        p.name for p in module_files()]
+    assert sorted(p.name for p in (web_built / paths.WEB_MODULE).iterdir()) == sorted(
+        [p.name for p in module_files()] + ["espeak-ng.COPYING", "espeak-ng.js"])
 
 
 def test_the_web_stage_refuses_a_cpu_folder_and_keeps_the_previous_one(other_built, tmp_path):
@@ -396,10 +405,11 @@ def edit_distance(a: str, b: str) -> int:
     return previous[-1]
 
 
-def test_the_browsers_g2p_reads_english_as_the_python_runtime(tmp_path):
+@pytest.mark.parametrize("lang", ["en-us", "en-gb"])
+def test_the_browsers_g2p_reads_english_as_the_python_runtime(lang, tmp_path):
     """g2p.js on the lexicons `snakemake web` writes, under Node, against the Python runtime's
-    phonemes of the same sentences: most the same, few phonemes edited; the same words (the
-    text's, punctuation attached: what the word timestamps name)."""
+    phonemes of the same sentences, American and British: most the same, few phonemes edited;
+    the same words (the text's, punctuation attached: what the word timestamps name)."""
     from kokoro_tvm.measure.bench_e2e import STREAMED
     from kokoro_tvm.runtime.g2p import phonemes_of, sentences, word_phonemizer
     from kokoro_tvm.stages.web import _lexicons
@@ -407,8 +417,9 @@ def test_the_browsers_g2p_reads_english_as_the_python_runtime(tmp_path):
     texts = [s for text in STREAMED.values() for s in sentences(text)]
     texts = list(dict.fromkeys(texts + (REPO / "tests/data/g2p_sentences.txt")
                                .read_text(encoding="utf-8").splitlines()))
-    lexicons, given = tmp_path / "en-us.json", tmp_path / "texts.json"
-    lexicons.write_text(json.dumps(_lexicons(False), ensure_ascii=False), encoding="utf-8")
+    lexicons, given = tmp_path / f"{lang}.json", tmp_path / "texts.json"
+    lexicons.write_text(json.dumps(_lexicons(lang == "en-gb"), ensure_ascii=False),
+                        encoding="utf-8")
     given.write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
     browser_words = json.loads(run_node(
         "import fs from 'node:fs';"
@@ -416,7 +427,7 @@ def test_the_browsers_g2p_reads_english_as_the_python_runtime(tmp_path):
         f"const lexicon = new Lexicon(JSON.parse(fs.readFileSync('{lexicons}', 'utf8')));"
         f"const texts = JSON.parse(fs.readFileSync('{given}', 'utf8'));"
         "console.log(JSON.stringify(texts.map((t) => readWords(lexicon, t))));"))
-    read = word_phonemizer("en-us")
+    read = word_phonemizer(lang)
     python_words = [read(text) for text in texts]
     for words, expected in zip(browser_words, python_words, strict=True):
         assert [w["text"] for w in words] == [w.text for w in expected]
@@ -425,7 +436,40 @@ def test_the_browsers_g2p_reads_english_as_the_python_runtime(tmp_path):
     exact = sum(b == p for b, p in zip(browser, python, strict=True)) / len(texts)
     edited = (sum(edit_distance(b, p) for b, p in zip(browser, python))
               / sum(len(p) for p in python))
+    print(f"{lang}: {exact:.2f} the same, {edited:.4f} of the phonemes edited")
     assert exact >= G2P_EXACT_SHARE and edited <= G2P_EDITED_SHARE, (exact, edited)
+
+
+def test_the_browsers_espeak_g2p_reads_the_other_languages_as_the_python_runtime(web_built,
+                                                                                tmp_path):
+    """espeak.js on the eSpeak NG module and data `snakemake web` wrote, under Node, against the
+    Python runtime's G2P (misaki's EspeakG2P on espeak-ng) on held-out sentences of each language
+    it reads so (tests/data/espeak_sentences.txt: numbers, times, quotes, parentheses): the same
+    phonemes, the same words."""
+    from kokoro_tvm.runtime.g2p import phonemes_of, word_phonemizer
+
+    lines = (REPO / "tests/data/espeak_sentences.txt").read_text(encoding="utf-8").splitlines()
+    rows = [line.split("\t") for line in lines if line and not line.startswith("#")]
+    given = tmp_path / "rows.json"
+    given.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+    js, data = web_built / paths.WEB_MODULE, web_built / paths.WEB_MODEL / paths.WEB_ESPEAK_DATA
+    browser_words = json.loads(run_node(
+        "import fs from 'node:fs';"
+        f"import createModule from '{js / 'espeak-ng.js'}';"
+        "import { Espeak } from './kokoro_tvm/web/espeak.js';"
+        "import { wordsOf } from './kokoro_tvm/web/g2p.js';"
+        f"const data = fs.readFileSync('{data}');"
+        "const espeak = await Espeak.load(createModule, data.buffer.slice(data.byteOffset,"
+        "  data.byteOffset + data.byteLength));"
+        f"const rows = JSON.parse(fs.readFileSync('{given}', 'utf8'));"
+        "console.log(JSON.stringify(rows.map(([lang, text]) =>"
+        "  wordsOf(text, espeak.phonemize(text, lang)))));"))
+    assert {lang for lang, _ in rows} == {"es", "fr-fr", "hi", "it", "pt-br"}
+    for (lang, text), words in zip(rows, browser_words, strict=True):
+        expected = word_phonemizer(lang)(text)
+        assert [(w["text"], w["phonemes"]) for w in words] == [
+            (w.text, w.phonemes) for w in expected], (lang, text)
+        assert "".join(w["phonemes"] + w["whitespace"] for w in words) == phonemes_of(expected)
 
 
 # The page's gaps are read on the audio clock, the stall metric's from the chunks' ready times:

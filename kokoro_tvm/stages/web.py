@@ -75,7 +75,7 @@ def _write_raw(arrays: list[tuple[str, np.ndarray]], dest: Path) -> list[dict[st
 
 # The languages whose G2P the module runs: misaki's English lexicons (kokoro_tvm/web/g2p.js),
 # and eSpeak NG for those the Python runtime reads with it (kokoro_tvm/web/espeak.js).
-BROWSER_LEXICONS = {"en-us": False}  # language -> misaki's british flag
+BROWSER_LEXICONS = {"en-us": False, "en-gb": True}  # language -> misaki's british flag
 ESPEAK = "espeak"  # the manifest's g2p key of eSpeak NG's data
 # eSpeak NG compiled to WebAssembly with every language's data (GPL-3.0, as eSpeak NG is).
 ESPEAK_NPM = "@echogarden/espeak-ng-emscripten@0.3.5"
@@ -114,7 +114,7 @@ def _lexicons(british: bool) -> dict[str, dict]:
     from misaki import en
 
     lexicon = en.Lexicon(british)
-    return {"golds": lexicon.golds, "silvers": lexicon.silvers}
+    return {"golds": lexicon.golds, "silvers": lexicon.silvers, "british": british}
 
 
 def write_web(folder: PathLike, out: PathLike) -> dict[str, Any]:

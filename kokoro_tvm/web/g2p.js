@@ -55,9 +55,11 @@ export function applyStress(ps, stress) {
 
 /** misaki's English lexicon lookup (its Lexicon class) over `golds` and `silvers`. */
 export class Lexicon {
-  constructor({ golds, silvers }) {
+  constructor({ golds, silvers, british = false }) {
     this.golds = golds;
     this.silvers = silvers;
+    this.british = british;  // misaki's British English: its suffixes' own vowels
+    this.reduced = british ? "ɪ" : "ᵻ";
   }
 
   gold(word) { return Object.hasOwn(this.golds, word) ? this.golds[word] : undefined; }
@@ -117,7 +119,7 @@ export class Lexicon {
   withS(stem) {
     if (!stem) return null;
     if ("ptkfθ".includes(stem.at(-1))) return `${stem}s`;
-    if ("szʃʒʧʤ".includes(stem.at(-1))) return `${stem}ᵻz`;
+    if ("szʃʒʧʤ".includes(stem.at(-1))) return `${stem}${this.reduced}z`;
     return `${stem}z`;
   }
 
@@ -137,9 +139,9 @@ export class Lexicon {
     if (!stem) return null;
     const last = stem.at(-1);
     if ("pkfθʃsʧ".includes(last)) return `${stem}t`;
-    if (last === "d") return `${stem}ᵻd`;
+    if (last === "d") return `${stem}${this.reduced}d`;
     if (last !== "t") return `${stem}d`;
-    if (stem.length < 2) return `${stem}ɪd`;
+    if (this.british || stem.length < 2) return `${stem}ɪd`;
     if (US_TAUS.has(stem.at(-2))) return `${stem.slice(0, -1)}ɾᵻd`;
     return `${stem}ᵻd`;
   }
@@ -156,7 +158,9 @@ export class Lexicon {
 
   withIng(stem) {
     if (!stem) return null;
-    if (stem.length > 1 && stem.at(-1) === "t" && US_TAUS.has(stem.at(-2))) {
+    if (this.british) {
+      if ("əː".includes(stem.at(-1))) return null;
+    } else if (stem.length > 1 && stem.at(-1) === "t" && US_TAUS.has(stem.at(-2))) {
       return `${stem.slice(0, -1)}ɾɪŋ`;
     }
     return `${stem}ɪŋ`;
