@@ -22,6 +22,32 @@ export class ModelError extends Error {
   }
 }
 
+/** 'a:0.7,b:0.3' -> [["a", 0.7], ["b", 0.3]], a bare name weighing 1; a malformed blend
+ * refused in runtime/voices.py's words. */
+export function parseBlend(spec) {
+  const parts = spec.split(",").map((item) => {
+    const [name, weight] = item.trim().split(/:(.*)/s);
+    const value = weight === undefined || weight === "" ? 1 : Number(weight);
+    if (Number.isNaN(value) || weight?.trim() === "") {
+      throw new ModelError(`voice '${spec}': weight '${weight}' of ${name} is not a number`);
+    }
+    return [name.trim(), value];
+  });
+  if (parts.some(([name]) => !name)) {
+    throw new ModelError(`voice '${spec}': expected NAME or NAME:WEIGHT,NAME:WEIGHT`);
+  }
+  for (const [name, weight] of parts) {
+    if (!Number.isFinite(weight) || weight < 0) {
+      throw new ModelError(`voice '${spec}': weight ${weight} of ${name} must be a finite ` +
+                           "number of 0 or more (weights are normalised to add up to 1)");
+    }
+  }
+  if (parts.reduce((sum, [, weight]) => sum + weight, 0) <= 0) {
+    throw new ModelError(`voice '${spec}': weights must add up to more than 0`);
+  }
+  return parts;
+}
+
 function hex(buffer) {
   return Array.from(new Uint8Array(buffer), (b) => b.toString(16).padStart(2, "0")).join("");
 }
@@ -184,14 +210,27 @@ export class WebModel {
     return this.espeakLoaded;
   }
 
-  /** A voice's style table: {data: Float32Array, shape: [tokens, 1, 2 * style_dim]}. */
-  async voice(name) {
-    const entry = this.manifest.voices[name];
-    if (!entry) {
-      throw new ModelError(`the model has no voice ${name}; it has ${this.voices.join(", ")}`);
+  /** A voice's style table, or a blend's ('af_heart:0.7,am_adam:0.3', weights normalised, in
+   * float32 as runtime/voices.py's load_voice sums them): {data: Float32Array, shape: [tokens,
+   * 1, 2 * style_dim]}. */
+  async voice(spec) {
+    const parts = parseBlend(spec);
+    for (const [name] of parts) {
+      if (!this.manifest.voices[name]) {
+        throw new ModelError(`the model has no voice ${name}; it has ${this.voices.join(", ")}`);
+      }
     }
-    return { data: new Float32Array(await this.file(entry.file)), shape: entry.shape,
-             dtype: entry.dtype };
+    const tables = await Promise.all(parts.map(async ([name]) => new Float32Array(
+      await this.file(this.manifest.voices[name].file))));
+    const { shape, dtype } = this.manifest.voices[parts[0][0]];
+    if (parts.length === 1) return { data: tables[0], shape, dtype };
+    const total = parts.reduce((sum, [, weight]) => sum + weight, 0);
+    const data = new Float32Array(tables[0].length);
+    parts.forEach(([, weight], i) => {
+      const share = Math.fround(weight / total);
+      for (let j = 0; j < data.length; j++) data[j] += Math.fround(share * tables[i][j]);
+    });
+    return { data, shape, dtype };
   }
 
   /** `component`'s library at `bucket` on `device` (a WebGpuDevice): a PlanLibrary sharing the

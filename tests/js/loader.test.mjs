@@ -106,3 +106,21 @@ test("a missing file, an unlisted one and a manifest of another format are refus
   await refused(loadModel("http://localhost:8000/elsewhere", serving(folder())),
                 /elsewhere\/manifest\.json cannot be fetched \(HTTP 404\)/);
 });
+
+test("a blend of voices is their weighted sum, weights normalised; a malformed one refused", async () => {
+  const files = folder();
+  files["voices/am_adam.bin"] = new Uint8Array(new Float32Array([0.25, 0.75]).buffer);
+  const manifest = JSON.parse(new TextDecoder().decode(files["manifest.json"]));
+  manifest.voices.am_adam = { ...manifest.voices.af_heart, file: "voices/am_adam.bin" };
+  manifest.files["voices/am_adam.bin"] = {
+    sha256: createHash("sha256").update(files["voices/am_adam.bin"]).digest("hex"), bytes: 8 };
+  files["manifest.json"] = encode(JSON.stringify(manifest));
+  const model = await loadModel(BASE, serving(files));
+  assert.deepEqual([...(await model.voice("af_heart:3, am_adam:1")).data], [0.4375, -0.1875]);
+  assert.deepEqual([...(await model.voice("am_adam")).data], [0.25, 0.75]);
+  await refused(model.voice("af_heart:x"), /^voice 'af_heart:x': weight 'x' of af_heart is not a number$/);
+  await refused(model.voice("af_heart:1,:2"), /expected NAME or NAME:WEIGHT,NAME:WEIGHT/);
+  await refused(model.voice("af_heart:-1"), /weight -1 of af_heart must be a finite number/);
+  await refused(model.voice("af_heart:0"), /weights must add up to more than 0/);
+  await refused(model.voice("af_heart:1,bf_emma:1"), /has no voice bf_emma; it has af_heart, am_adam/);
+});
