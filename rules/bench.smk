@@ -147,7 +147,7 @@ rule bench_web:
     params:
         text=setting("report.web_text"),
         voice=setting("report.voice"),
-        workdir=paths.BENCH_WEB_WORK,
+        browser=bench_web_browser_args(),
         versions=versions("playwright", "onnx"),
     log:
         "logs/bench/web.log",
@@ -157,4 +157,5 @@ rule bench_web:
         "../envs/kokoro-tvm.yaml"
     shell:
         "python {input.script} --web {input.site} --onnx {input.onnx} --text {params.text:q}"
-        " --voice {params.voice} --workdir {params.workdir} --out-json {output.json} > {log} 2>&1"
+        " --voice {params.voice} {params.browser}"
+        " --out-json {output.json} > {log} 2>&1"

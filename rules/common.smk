@@ -113,6 +113,15 @@ def cli_args(**options):
                     for k, v in options.items() if v is not None)
 
 
+def bench_web_browser_args():
+    """bench_web's browser options, from config (none: chromium on PATH, WebGPU on SwiftShader)."""
+    import shlex
+
+    flags = setting("report.web_browser_args")
+    browser = cli_args(chromium=setting("report.web_chromium"))
+    return browser + (f" --browser-args={shlex.quote(' '.join(flags))}" if flags else "")
+
+
 def weights_args():
     """The weights script's source-specific options, from config."""
     source = setting("weights.source")

@@ -72,7 +72,7 @@ def test_an_export_named_otherwise_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "out.onnx").exists()
 
 
-def test_the_command_line_refuses_an_unknown_engine_in_one_line(tmp_path):
+def test_the_command_line_refuses_an_unknown_engine_or_browser_in_one_line(tmp_path):
     done = subprocess.run([sys.executable, str(REPO / "workflow_scripts" / "bench_web.py"),
                            "--text", "Hi.", "--engines", "tvm,kokoro-js:webgl",
                            "--out-json", str(tmp_path / "web.json")],
@@ -80,3 +80,8 @@ def test_the_command_line_refuses_an_unknown_engine_in_one_line(tmp_path):
     assert done.returncode == 2
     assert "unknown engine 'kokoro-js:webgl'" in done.stderr
     assert "tvm, kokoro-js:wasm, kokoro-js:webgpu" in done.stderr
+    done = subprocess.run([sys.executable, str(REPO / "workflow_scripts" / "bench_web.py"),
+                           "--text", "Hi.", "--chromium", str(tmp_path / "no-chrome"),
+                           "--out-json", str(tmp_path / "web.json")],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "no such browser; install Chromium" in done.stderr

@@ -17,10 +17,11 @@ def main() -> None:
                         help="the int8 ONNX export, which kokoro-js runs")
     parser.add_argument("--chromium", default=shutil.which("chromium") or "chromium",
                         help="Chromium or Chrome to run (default: chromium on PATH)")
-    parser.add_argument("--browser-arg", action="append", dest="browser_args",
-                        help="a Chromium flag, repeated for several (default: "
-                             f"{' '.join(bench_web.SWIFTSHADER_ARGS)}, WebGPU on SwiftShader; "
-                             "on a machine with a GPU: --enable-unsafe-webgpu)")
+    parser.add_argument("--browser-args",
+                        default=" ".join(bench_web.SWIFTSHADER_ARGS),
+                        help="Chromium's flags, space-separated, given as --browser-args=... "
+                             "(default: WebGPU on SwiftShader, for a machine without a GPU; on "
+                             "one with a GPU: --browser-args=--enable-unsafe-webgpu)")
     parser.add_argument("--engines", default=",".join(bench_web.ENGINES),
                         help="comma-separated, from: " + ", ".join(bench_web.ENGINES))
     parser.add_argument("--text", required=True, help="the text each engine speaks")
@@ -36,11 +37,14 @@ def main() -> None:
     if unknown:
         parser.error(f"--engines: unknown engine {', '.join(map(repr, unknown))}; choose from "
                      f"{', '.join(bench_web.ENGINES)}, separated by commas")
+    if shutil.which(args.chromium) is None:
+        parser.error(f"--chromium {args.chromium}: no such browser; install Chromium (Debian: "
+                     "apt-get install chromium) or give Chrome's path")
     if args.passes < 1:
         parser.error(f"--passes {args.passes}: at least 1")
     figures = bench_web.run(args.web, args.onnx, args.chromium, engines, args.text, args.voice,
                             args.passes, args.out_json, args.workdir,
-                            args.browser_args or bench_web.SWIFTSHADER_ARGS)
+                            args.browser_args.split())
     print(bench_web.summary(figures))
 
 
