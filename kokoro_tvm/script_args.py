@@ -16,6 +16,24 @@ def stage_parser(described) -> argparse.ArgumentParser:
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+def add_engines_argument(parser: argparse.ArgumentParser, engines: tuple[str, ...]) -> None:
+    """A benchmark's --engines: a comma-separated choice of ``engines``, all by default
+    (read back with ``chosen_engines``)."""
+    parser.add_argument("--engines", default=",".join(engines),
+                        help="comma-separated, from: " + ", ".join(engines))
+
+
+def chosen_engines(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                   engines: tuple[str, ...]) -> list[str]:
+    """The engines --engines names, or a usage error naming those not among ``engines``."""
+    chosen = args.engines.split(",")
+    unknown = [name for name in chosen if name not in engines]
+    if unknown:
+        parser.error(f"--engines: unknown engine {', '.join(map(repr, unknown))}; choose from "
+                     f"{', '.join(engines)}, separated by commas")
+    return chosen
+
+
 def require_options(parser: argparse.ArgumentParser, args: argparse.Namespace,
                     needed: tuple[str, ...]) -> None:
     """Exits with a usage error naming those of ``needed`` (destinations) that were not given:

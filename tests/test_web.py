@@ -87,14 +87,16 @@ def test_the_modules_constants_are_the_pythons():
         "import * as plan from './kokoro_tvm/web/plan.js';"
         "import * as loader from './kokoro_tvm/web/loader.js';"
         "import * as kokoro from './kokoro_tvm/web/kokoro.js';"
+        "import * as espeak from './kokoro_tvm/web/espeak.js';"
         "console.log(JSON.stringify({plan: [plan.PLAN_FORMAT, plan.PLAN_VERSION],"
         " storage: plan.STORAGE, suffix: plan.TRANSFORM_SUFFIX,"
         " web: [loader.WEB_FORMAT, loader.WEB_VERSION],"
-        " speech: [kokoro.FADE_SECONDS, kokoro.WORD_LEAD_FRAMES]}))"))
+        " speech: [kokoro.FADE_SECONDS, kokoro.WORD_LEAD_FRAMES], espeak: espeak.ESPEAK}))"))
     assert stated == {"plan": [WEBGPU_PLAN_FORMAT, WEBGPU_PLAN_VERSION],
                       "storage": WEBGPU_STORAGE, "suffix": "_transform_params",
                       "web": [WEB_FORMAT, WEB_VERSION],
-                      "speech": [speech.FADE_SECONDS, speech.KPIPELINE_LEAD_FRAMES]}
+                      "speech": [speech.FADE_SECONDS, speech.KPIPELINE_LEAD_FRAMES],
+                      "espeak": ESPEAK}
 
 
 def test_the_modules_word_times_and_fades_are_the_pythons():

@@ -9,7 +9,7 @@ from kokoro_tvm.errors import run_script
 from kokoro_tvm.facts import DEFAULT_VOICE
 from kokoro_tvm.measure import bench_e2e
 from kokoro_tvm.runtime.model_folder import DEFAULT_TARGET
-from kokoro_tvm.script_args import stage_parser
+from kokoro_tvm.script_args import add_engines_argument, chosen_engines, stage_parser
 
 
 def main() -> None:
@@ -18,8 +18,7 @@ def main() -> None:
     parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--voice", default=DEFAULT_VOICE)
-    parser.add_argument("--engines", default=",".join(bench_e2e.ENGINES),
-                        help="comma-separated, from: " + ", ".join(bench_e2e.ENGINES))
+    add_engines_argument(parser, bench_e2e.ENGINES)
     parser.add_argument("--rounds", type=int, default=bench_e2e.ROUNDS,
                         help="measuring rounds, engines taking turns (median reported)")
     parser.add_argument("--runtime-python", default=None,
@@ -33,11 +32,7 @@ def main() -> None:
     parser.add_argument("--out-json", required=True, help=paths.BENCH_E2E)
     parser.add_argument("--out-plot", required=True, help=paths.BENCH_E2E_PLOT)
     args = parser.parse_args()
-    engines = args.engines.split(",")
-    unknown = [name for name in engines if name not in bench_e2e.ENGINES]
-    if unknown or not engines:
-        parser.error(f"--engines: unknown engine {', '.join(map(repr, unknown))}; choose from "
-                     f"{', '.join(bench_e2e.ENGINES)}, separated by commas")
+    engines = chosen_engines(parser, args, bench_e2e.ENGINES)
     texts, streams = bench_e2e.SENTENCES, bench_e2e.STREAMED
     if args.text:
         try:

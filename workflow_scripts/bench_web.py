@@ -7,7 +7,7 @@ from kokoro_tvm import paths
 from kokoro_tvm.errors import run_script
 from kokoro_tvm.facts import DEFAULT_VOICE
 from kokoro_tvm.measure import bench_web
-from kokoro_tvm.script_args import stage_parser
+from kokoro_tvm.script_args import add_engines_argument, chosen_engines, stage_parser
 
 
 def main() -> None:
@@ -22,8 +22,7 @@ def main() -> None:
                         help="Chromium's flags, space-separated, given as --browser-args=... "
                              "(default: WebGPU on SwiftShader, for a machine without a GPU; on "
                              "one with a GPU: --browser-args=--enable-unsafe-webgpu)")
-    parser.add_argument("--engines", default=",".join(bench_web.ENGINES),
-                        help="comma-separated, from: " + ", ".join(bench_web.ENGINES))
+    add_engines_argument(parser, bench_web.ENGINES)
     parser.add_argument("--text", required=True, help="the text each engine speaks")
     parser.add_argument("--voice", default=DEFAULT_VOICE)
     parser.add_argument("--passes", type=int, default=2,
@@ -32,11 +31,7 @@ def main() -> None:
                         help="where kokoro-js is installed and the benchmark's site is made")
     parser.add_argument("--out-json", required=True, help=paths.BENCH_WEB)
     args = parser.parse_args()
-    engines = args.engines.split(",")
-    unknown = [name for name in engines if name not in bench_web.ENGINES]
-    if unknown:
-        parser.error(f"--engines: unknown engine {', '.join(map(repr, unknown))}; choose from "
-                     f"{', '.join(bench_web.ENGINES)}, separated by commas")
+    engines = chosen_engines(parser, args, bench_web.ENGINES)
     if shutil.which(args.chromium) is None:
         parser.error(f"--chromium {args.chromium}: no such browser; install Chromium (Debian: "
                      "apt-get install chromium) or give Chrome's path")
