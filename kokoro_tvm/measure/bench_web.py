@@ -126,7 +126,13 @@ def npm_install(dest: Path, packages: Sequence[str] = NPM_PACKAGES) -> Path:
     if npm is None:
         raise BenchWebError("no npm on PATH: install Node.js and npm (Debian: apt-get install npm)")
     modules = dest / "node_modules"
-    if all((modules / spec.rsplit("@", 1)[0] / "package.json").exists() for spec in packages):
+
+    def installed(spec: str) -> bool:
+        name, version = spec.rsplit("@", 1)
+        manifest = modules / name / "package.json"
+        return manifest.exists() and json.loads(manifest.read_text())["version"] == version
+
+    if all(installed(spec) for spec in packages):
         return modules
     dest.mkdir(parents=True, exist_ok=True)
     done = subprocess.run([npm, "install", "--ignore-scripts", "--no-audit", "--no-fund",
