@@ -201,8 +201,11 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
-def browser_pss_mib(root: int) -> float:
-    """The proportional set size of the Chromium processes under ``root``, in MiB."""
+def browser_pss_mib(root: int) -> float | None:
+    """The proportional set size of the Chromium processes under ``root``, in MiB; None where
+    there is no /proc to read it from (macOS)."""
+    if not Path("/proc/self/smaps_rollup").exists():
+        return None
     total = 0
     for pid in _descendants(root):
         try:
@@ -218,13 +221,15 @@ def browser_pss_mib(root: int) -> float:
 class _PeakSampler(threading.Thread):
     def __init__(self):
         super().__init__(daemon=True)
-        self.peak, self._done = 0.0, threading.Event()
+        self.peak, self._done = None, threading.Event()
 
     def run(self):
         while not self._done.wait(SAMPLE_SECONDS):
-            self.peak = max(self.peak, browser_pss_mib(os.getpid()))
+            sampled = browser_pss_mib(os.getpid())
+            if sampled is not None:
+                self.peak = max(self.peak or 0.0, sampled)
 
-    def stop(self) -> float:
+    def stop(self) -> float | None:
         self._done.set()
         self.join()
         return self.peak
@@ -335,8 +340,10 @@ def summary(figures: dict[str, Any]) -> str:
                 f"{run['engine']:18} pass {i}: first audio {p['first_audio_seconds']:.1f} s, "
                 f"{p['seconds_per_audio_second']:.2f} s per audio second "
                 f"({p['total_seconds']:.1f} s for {p['audio_seconds']:.2f} s)")
+        peak = run["peak_pss_mib"]
         lines.append(f"{run['engine']:18} load {run['load_seconds']:.1f} s, peak "
-                     f"{run['peak_pss_mib']:.0f} MiB, adapter {run['adapter']}")
+                     f"{'not measured' if peak is None else f'{peak:.0f} MiB'}, adapter "
+                     f"{run['adapter']}")
     return "\n".join(lines)
 
 
