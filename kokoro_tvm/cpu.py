@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -77,15 +78,28 @@ def listed_cpu_extensions(cpuinfo: str, machine: str) -> set[str] | None:
     return None
 
 
+def _host_cpuinfo() -> str | None:
+    try:
+        with open(CPUINFO, encoding="utf-8", errors="replace") as file:
+            return file.read()
+    except OSError:
+        return None
+
+
 def host_cpu_extensions() -> set[str] | None:
     """The CPU_EXTENSIONS this machine's CPU has, as Linux reports them (which counts only
     those the kernel enabled); None where it cannot tell (another OS, or no such list)."""
-    try:
-        with open(CPUINFO, encoding="utf-8", errors="replace") as file:
-            cpuinfo = file.read()
-    except OSError:
-        return None
-    return listed_cpu_extensions(cpuinfo, host_machine())
+    cpuinfo = _host_cpuinfo()
+    return None if cpuinfo is None else listed_cpu_extensions(cpuinfo, host_machine())
+
+
+def host_cpu_name() -> str:
+    """This machine's CPU as Linux names it, with its family and model: what a benchmark's
+    figures are recorded with."""
+    fields = dict(re.findall(r"^(model name|cpu family|model)\s*:\s*(.*)$",
+                             _host_cpuinfo() or "", re.M))
+    return (f"{fields.get('model name', 'unknown')} (family {fields.get('cpu family', '?')} "
+            f"model {fields.get('model', '?')})")
 
 
 def lacking_cpu_extensions(extensions: Iterable[str]) -> list[str]:

@@ -38,6 +38,7 @@ from conftest import (
 
 from kokoro_tvm import facts, paths
 from kokoro_tvm.abi import WEBGPU_PLAN_FORMAT, WEBGPU_PLAN_VERSION, WEBGPU_STORAGE
+from kokoro_tvm.measure.bench_web import SWIFTSHADER_ARGS
 from kokoro_tvm.measure.metrics import SPECTRAL_TOLERANCES, log_mel_l1, snr_db, worst_stall
 from kokoro_tvm.runtime import speech
 from kokoro_tvm.runtime.audio_file import pcm16
@@ -54,7 +55,7 @@ from kokoro_tvm.stages.web import (
 JS_TESTS = REPO / "tests" / "js"
 # Chromium's WebGPU on SwiftShader, its CPU Vulkan (no GPU, no display): WebGPU is behind a
 # flag on Linux, and a page must be a secure context (served from localhost) to see it.
-WEBGPU_ARGS = ["--enable-unsafe-webgpu", "--use-webgpu-adapter=swiftshader"]
+WEBGPU_ARGS = list(SWIFTSHADER_ARGS)
 # The page's outputs against the Python player's (lavapipe): both are float32 WebGPU, the same
 # kernels in another compiler. The decoder is played whole by the page's test (its audio against
 # the Python runtime's), not alone here: its 150 pipelines compile for minutes in SwiftShader.

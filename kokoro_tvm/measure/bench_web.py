@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import onnx
 
 from kokoro_tvm.atomic import atomic_path, write_json
+from kokoro_tvm.cpu import host_cpu_name
 from kokoro_tvm.errors import UserError
 from kokoro_tvm.measure.metrics import worst_stall
 from kokoro_tvm.paths import WEB_MODEL
@@ -252,10 +253,9 @@ def _run_engine(playwright, chromium: str, args: Sequence[str], origin: str, sit
     sampler = _PeakSampler()
     sampler.start()
     browser = playwright.chromium.launch(executable_path=chromium, args=list(args))
-    foreign, answered, console = [], [], []
+    foreign, answered = [], []
     try:
         page = browser.new_page()
-        page.on("console", lambda message: console.append(message.text))
 
         def route(request_route):
             url = request_route.request.url
@@ -318,16 +318,8 @@ def benchmark(site: Path, chromium: str, engines: Sequence[str], text: str, voic
         server.shutdown()
     return {"text": text, "voice": voice, "passes": passes, "browser": runs[0]["browser"],
             "browser_args": list(args), "npm_packages": list(NPM_PACKAGES),
-            "kokoro_js_dtype": KOKORO_JS_DTYPE, "cpu": cpu_model(), "cpu_count": os.cpu_count(),
+            "kokoro_js_dtype": KOKORO_JS_DTYPE, "cpu": host_cpu_name(), "cpu_count": os.cpu_count(),
             "engines": runs}
-
-
-def cpu_model() -> str:
-    """This machine's CPU as /proc/cpuinfo names it, with its family and model."""
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    fields = dict(re.findall(r"^(model name|cpu family|model)\s*:\s*(.*)$", info, re.M))
-    return (f"{fields.get('model name', 'unknown')} (family {fields.get('cpu family', '?')} "
-            f"model {fields.get('model', '?')})")
 
 
 def summary(figures: dict[str, Any]) -> str:

@@ -149,11 +149,11 @@ export class KokoroTTS {
    * `words` as `reader` (a G2P: text -> words, see `reader`) gives them. */
   pieces(text, reader, { perSentence = false } = {}) {
     const read = new Map();
-    const wordsOf = (stretch) => {
+    const wordsIn = (stretch) => {
       if (!read.has(stretch)) read.set(stretch, reader(stretch));
       return read.get(stretch);
     };
-    const size = (stretch) => this.tokenIds(phonemesOf(wordsOf(stretch))).length;
+    const size = (stretch) => this.tokenIds(phonemesOf(wordsIn(stretch))).length;
     const out = [];
     let held = null;
     for (const sentence of sentences(text)) {
@@ -161,7 +161,7 @@ export class KokoroTTS {
       const whole = stretches.length === 1 && !perSentence;
       for (const stretch of stretches) {
         if (size(stretch) === 0) continue;  // nothing Kokoro can say (punctuation alone)
-        const piece = { text: stretch, words: wordsOf(stretch) };
+        const piece = { text: stretch, words: wordsIn(stretch) };
         if (whole && held && size(held.text) + 1 + size(stretch) <= this.limit) {
           const last = held.words.at(-1);  // a space between the joined sentences' phonemes
           held = { text: `${held.text} ${stretch}`,
