@@ -27,8 +27,8 @@ export class ModelError extends Error {
 export function parseBlend(spec) {
   const parts = spec.split(",").map((item) => {
     const [name, weight] = item.trim().split(/:(.*)/s);
-    const value = weight === undefined || weight === "" ? 1 : Number(weight);
-    if (Number.isNaN(value) || weight?.trim() === "") {
+    const value = weight ? Number(weight) : 1;  // no weight, or an empty one: 1
+    if (Number.isNaN(value)) {
       throw new ModelError(`voice '${spec}': weight '${weight}' of ${name} is not a number`);
     }
     return [name.trim(), value];

@@ -118,6 +118,8 @@ test("a blend of voices is their weighted sum, weights normalised; a malformed o
   const model = await loadModel(BASE, serving(files));
   assert.deepEqual([...(await model.voice("af_heart:3, am_adam:1")).data], [0.4375, -0.1875]);
   assert.deepEqual([...(await model.voice("am_adam")).data], [0.25, 0.75]);
+  // An empty weight is 1, as runtime/voices.py reads it.
+  assert.deepEqual([...(await model.voice("af_heart:,am_adam:1")).data], [0.375, 0.125]);
   await refused(model.voice("af_heart:x"), /^voice 'af_heart:x': weight 'x' of af_heart is not a number$/);
   await refused(model.voice("af_heart:1,:2"), /expected NAME or NAME:WEIGHT,NAME:WEIGHT/);
   await refused(model.voice("af_heart:-1"), /weight -1 of af_heart must be a finite number/);
